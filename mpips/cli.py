@@ -1,0 +1,98 @@
+"""`python -m mpips train|info ...`: the command line.
+
+Options of `train` are generated from the fields of `Config`, so the YAML
+keys, the flags and the error messages always agree.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import traceback
+
+from .config import Config, ConfigError, load
+
+
+def _train_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("train", help="train under mpirun/srun (world = servers [+ groups] + workers)",
+                       argument_default=argparse.SUPPRESS)
+    p.add_argument("--config", help="YAML file of settings (flags override it)")
+    for f in dataclasses.fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        help_ = f.metadata.get("help", "")
+        choices = f.metadata.get("choices")
+        if choices:
+            help_ += f" ({'|'.join(choices)})"
+        help_ += f" [default: {f.default!r}]"
+        if isinstance(f.default, bool):
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=help_)
+        else:
+            # Strings here; Config coercion gives the one-line error naming the field.
+            p.add_argument(flag, dest=f.name, metavar=f.name.upper(), help=help_)
+    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mpips",
+                                description="PyTorch training on an MPI parameter server.")
+    sub = p.add_subparsers(dest="command", required=True)
+    _train_parser(sub)
+    info = sub.add_parser("info", help="summarize a run directory")
+    info.add_argument("run_dir")
+    info.add_argument("--json", action="store_true", help="one JSON object")
+    return p
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"mpips: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def cmd_train(args) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    try:
+        config = load(getattr(args, "config", None), overrides)
+    except ConfigError as e:
+        return _fail(str(e)) if comm.Get_rank() == 0 else 2
+
+    from .runtime import SetupError, train
+
+    try:
+        train(config, comm)
+    except SetupError as e:
+        return _fail(str(e)) if comm.Get_rank() == 0 else 2
+    except BaseException as e:  # noqa: BLE001 - any failure must end the whole job
+        rank = comm.Get_rank()
+        detail = "".join(traceback.format_exception(e)).rstrip()
+        print(f"mpips: rank {rank}: {type(e).__name__}: {e}\n{detail}\n"
+              f"mpips: rank {rank}: aborting the job", file=sys.stderr, flush=True)
+        comm.Abort(1)
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .log import RunLog
+
+    try:
+        log = RunLog(args.run_dir)
+    except (FileNotFoundError, OSError, KeyError) as e:
+        return _fail(f"{args.run_dir}: not a readable run log ({e})")
+    s = log.summary()
+    if args.json:
+        print(json.dumps(s))
+        return 0
+    width = max(len(k) for k in s)
+    for k, v in s.items():
+        if isinstance(v, float):
+            v = f"{v:.4g}"
+        print(f"{k:<{width}}  {v}")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    return {"train": cmd_train, "info": cmd_info}[args.command](args)

@@ -1,0 +1,534 @@
+"""Gradient compressors on the push path, usable by any paradigm.
+
+A compressor turns one flat float32 gradient into what is actually sent:
+a dense array (`Identity`) or a `SparseGrad` (`TopK`, `GDTopK`). Sparse
+compressors keep error feedback inside the object: what they do not send stays
+in a residual that is added to the next gradient, and `flush()` hands the whole
+residual over once (GSSP sends it at every epoch end), so no gradient mass is
+ever lost.
+
+Wire format (`pack`/`unpack`, one contiguous float32 buffer, 4-byte words):
+
+    word 0        n      int32 bits: length of the dense vector
+    word 1        count  int32 bits: entries that follow; -1 = dense payload
+    sparse:  words 2 .. 2+count          int32 indices (bits), ascending
+             words 2+count .. 2+2*count  float32 values
+    dense:   words 2 .. 2+n              float32 values
+
+So a sparse push of k entries really costs 8 + 8k bytes instead of 4n.
+
+GDTopK's per-group ratio schedule (`GDTopKSchedule`, `group_ratios`) and the
+group speed estimate (`EpochTimeEMA`) live here as well, see PARADIGMS.md, GSSP.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .config import ConfigError
+
+HEADER_WORDS = 2
+_DENSE = -1
+
+
+# ---------------------------------------------------------------------------
+# payloads
+# ---------------------------------------------------------------------------
+class SparseGrad:
+    """Entries `values` at `indices` of a length-`n` vector (all others zero)."""
+
+    __slots__ = ("indices", "values", "n")
+
+    def __init__(self, indices, values, n: int):
+        self.indices = np.ascontiguousarray(indices, dtype=np.int32)
+        self.values = np.ascontiguousarray(values, dtype=np.float32)
+        self.n = int(n)
+        if self.indices.shape != self.values.shape or self.indices.ndim != 1:
+            raise ValueError("indices and values must be 1-D and of equal length")
+
+    def __len__(self) -> int:
+        return int(self.indices.size)
+
+    def __repr__(self) -> str:
+        return f"SparseGrad(n={self.n}, count={len(self)})"
+
+    @property
+    def count(self) -> int:
+        return int(self.indices.size)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of payload actually sent: indices plus values."""
+        return int(self.indices.nbytes + self.values.nbytes)
+
+    @property
+    def packed_nbytes(self) -> int:
+        """Bytes of `pack()`: payload plus the 8-byte header."""
+        return 4 * packed_len(self.count)
+
+    def to_dense(self, out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            out = np.zeros(self.n, dtype=np.float32)
+        else:
+            out[...] = 0
+        out[self.indices] = self.values
+        return out
+
+    def add_to(self, out: np.ndarray, scale: float = 1.0) -> np.ndarray:
+        """`out += scale * self` in place (indices are unique)."""
+        if scale == 1.0:
+            out[self.indices] += self.values
+        else:
+            out[self.indices] += np.float32(scale) * self.values
+        return out
+
+    def slice(self, start: int, stop: int) -> "SparseGrad":
+        """The part in [start, stop), re-indexed from 0 (e.g. one server's shard).
+
+        Needs ascending indices, which every compressor here produces."""
+        lo, hi = np.searchsorted(self.indices, [start, stop])
+        return SparseGrad(self.indices[lo:hi] - start, self.values[lo:hi], stop - start)
+
+    def pack(self) -> np.ndarray:
+        """One contiguous float32 buffer in the wire format (module docstring)."""
+        k = self.count
+        buf = np.empty(packed_len(k), dtype=np.float32)
+        head = buf[:HEADER_WORDS].view(np.int32)
+        head[0] = self.n
+        head[1] = k
+        buf[HEADER_WORDS:HEADER_WORDS + k].view(np.int32)[:] = self.indices
+        buf[HEADER_WORDS + k:] = self.values
+        return buf
+
+    @staticmethod
+    def unpack(buf) -> "SparseGrad":
+        out = unpack(buf)
+        if not isinstance(out, SparseGrad):
+            raise ValueError("buffer holds a dense payload, not a SparseGrad")
+        return out
+
+
+def packed_len(count: int) -> int:
+    """float32 words of a packed sparse payload with `count` entries."""
+    return HEADER_WORDS + 2 * int(count)
+
+
+def pack(payload: "SparseGrad | np.ndarray") -> np.ndarray:
+    """Pack a sparse or dense payload into one float32 buffer (the wire format)."""
+    if isinstance(payload, SparseGrad):
+        return payload.pack()
+    dense = np.asarray(payload, dtype=np.float32).ravel()
+    buf = np.empty(HEADER_WORDS + dense.size, dtype=np.float32)
+    head = buf[:HEADER_WORDS].view(np.int32)
+    head[0] = dense.size
+    head[1] = _DENSE
+    buf[HEADER_WORDS:] = dense
+    return buf
+
+
+def unpack(buf) -> "SparseGrad | np.ndarray":
+    """Inverse of `pack`; accepts a float32 array or any bytes-like buffer.
+
+    The result copies out of `buf`, so the receive buffer can be reused."""
+    if isinstance(buf, np.ndarray):
+        words = np.ascontiguousarray(buf).reshape(-1).view(np.float32)
+    else:
+        words = np.frombuffer(buf, dtype=np.float32)
+    if words.size < HEADER_WORDS:
+        raise ValueError(f"packed buffer too short ({words.size} words)")
+    n, k = (int(x) for x in words[:HEADER_WORDS].view(np.int32))
+    body = words[HEADER_WORDS:]
+    if k == _DENSE:
+        if body.size < n:
+            raise ValueError(f"dense payload of {n} needs {n} words, got {body.size}")
+        return body[:n].copy()
+    if k < 0 or body.size < 2 * k:
+        raise ValueError(f"sparse payload of {k} entries needs {2 * k} words, got {body.size}")
+    return SparseGrad(body[:k].view(np.int32).copy(), body[k:2 * k].copy(), n)
+
+
+def payload_nbytes(payload: "SparseGrad | np.ndarray") -> int:
+    """Bytes a payload costs on the wire, header excluded."""
+    if isinstance(payload, SparseGrad):
+        return payload.nbytes
+    return int(np.asarray(payload).size) * 4
+
+
+def dense_of(payload: "SparseGrad | np.ndarray") -> np.ndarray:
+    return payload.to_dense() if isinstance(payload, SparseGrad) else payload
+
+
+# ---------------------------------------------------------------------------
+# compressors
+# ---------------------------------------------------------------------------
+Segments = Sequence[tuple[int, int]]
+
+
+def segments_from_sizes(sizes: Iterable[int]) -> list[tuple[int, int]]:
+    """[(start, stop), ...] of consecutive tensors of the given sizes."""
+    out, start = [], 0
+    for s in sizes:
+        out.append((start, start + int(s)))
+        start += int(s)
+    return out
+
+
+class Compressor:
+    """Base class: dense, lossless. Subclasses override `_select`.
+
+    `compress` never modifies its input. `last_nbytes` is the payload size of
+    the last result (`compressed_bytes(out)` for any result).
+    """
+
+    name = "none"
+    sparse = False
+
+    def __init__(self, *, segments: Segments | None = None):
+        self.segments = None if segments is None else [(int(a), int(b)) for a, b in segments]
+        self._residual: np.ndarray | None = None
+        self.n: int | None = None
+        self.last_nbytes = 0
+        self.last_k = 0          # entries meant to be sent (sum over segments)
+        self.last_selected = 0   # entries over the threshold, before truncation
+        self.last_nonfinite = False
+
+    # -- interface -------------------------------------------------------
+    def compress(self, grad) -> "SparseGrad | np.ndarray":
+        g = self._flat(grad)
+        out = g.copy()
+        self.last_k = self.last_selected = g.size
+        self.last_nonfinite = not bool(np.isfinite(g).all())
+        self.last_nbytes = payload_nbytes(out)
+        return out
+
+    def flush(self) -> np.ndarray:
+        """The whole residual (dense), which is then zero. Sent once per epoch end."""
+        if self._residual is None:
+            return np.zeros(self.n or 0, dtype=np.float32)
+        out = self._residual.copy()
+        self._residual[...] = 0
+        return out
+
+    @property
+    def residual(self) -> np.ndarray:
+        """A copy of what has not been sent yet."""
+        if self._residual is None:
+            return np.zeros(self.n or 0, dtype=np.float32)
+        return self._residual.copy()
+
+    def set_ratio(self, ratio: float, rho: float | None = None) -> None:
+        """Change the upload ratio (GDTopK: and sample fraction); no-op here."""
+
+    @staticmethod
+    def dense_bytes(n: int) -> int:
+        return 4 * int(n)
+
+    @staticmethod
+    def compressed_bytes(payload) -> int:
+        return payload_nbytes(payload)
+
+    # -- helpers ---------------------------------------------------------
+    def _flat(self, grad) -> np.ndarray:
+        if hasattr(grad, "detach"):  # torch tensor
+            grad = grad.detach().cpu().numpy()
+        g = np.asarray(grad, dtype=np.float32).reshape(-1)
+        if self.n is None:
+            self.n = g.size
+            self._check_segments(g.size)
+        elif g.size != self.n:
+            raise ValueError(f"gradient has {g.size} entries, this compressor saw {self.n}")
+        return g
+
+    def _check_segments(self, n: int) -> None:
+        if self.segments is None:
+            self.segments = [(0, n)]
+            return
+        pos = 0
+        for a, b in self.segments:
+            if a != pos or b < a:
+                raise ValueError(f"segments must tile [0, {n}) in order; got {self.segments}")
+            pos = b
+        if pos != n:
+            raise ValueError(f"segments cover [0, {pos}), the gradient has {n} entries")
+
+
+class Identity(Compressor):
+    """Send everything, dense. No residual."""
+
+    name = "none"
+
+
+class _Sparsifier(Compressor):
+    """Top-k family: per segment, send some entries; keep the rest as residual."""
+
+    sparse = True
+
+    def __init__(self, ratio: float, *, segments: Segments | None = None):
+        super().__init__(segments=segments)
+        self.ratio = _check_ratio("ratio", ratio)
+
+    def set_ratio(self, ratio: float, rho: float | None = None) -> None:
+        self.ratio = _check_ratio("ratio", ratio)
+
+    def compress(self, grad) -> "SparseGrad | np.ndarray":
+        g = self._flat(grad)
+        if not np.isfinite(g).all():
+            # A NaN/inf gradient is passed through dense, untouched, so the
+            # receiver sees and rejects it; the residual must not be poisoned.
+            self.last_nonfinite = True
+            self.last_k = self.last_selected = g.size
+            self.last_nbytes = payload_nbytes(g)
+            return g.copy()
+        self.last_nonfinite = False
+        if self._residual is None:
+            self._residual = np.zeros(g.size, dtype=np.float32)
+        acc = self._residual
+        acc += g                       # acc = gradient + residual, in place
+        picks, k_total, sel_total = [], 0, 0
+        for a, b in self.segments:
+            if b == a:
+                continue
+            k = min(b - a, math.ceil((b - a) * self.ratio))
+            idx, selected = self._select(acc[a:b], k)
+            picks.append(idx + a)
+            k_total += k
+            sel_total += selected
+        idx = np.sort(np.concatenate(picks)) if picks else np.zeros(0, np.int64)
+        vals = acc[idx].copy()
+        acc[idx] = 0                   # what is sent leaves the residual exactly
+        self.last_k, self.last_selected = k_total, sel_total
+        out = SparseGrad(idx, vals, g.size)
+        self.last_nbytes = out.nbytes
+        return out
+
+    def _select(self, x: np.ndarray, k: int) -> tuple[np.ndarray, int]:
+        raise NotImplementedError
+
+
+def _top_k(absx: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k largest entries of `absx` (any order)."""
+    n = absx.size
+    if k >= n:
+        return np.arange(n)
+    return np.argpartition(absx, n - k)[n - k:]
+
+
+class TopK(_Sparsifier):
+    """Exact top-k by |g| per segment, k = ceil(n * ratio), with error feedback."""
+
+    name = "topk"
+
+    def _select(self, x, k):
+        return _top_k(np.abs(x), k), k
+
+
+class GDTopK(_Sparsifier):
+    """GDTopK (GSSP, IEEE TCC 2022): sampled threshold, then fix-up to ~k.
+
+    Per segment of n entries: k = ceil(n*c); sample ceil(n*rho) entries without
+    replacement; theta = the ceil(n_s*c)-th largest |g| of the sample; select
+    |g| >= theta. More than 1.3k selected: exact top-k of the selection. Fewer
+    than 0.8k: theta *= 0.8 and select again, at most `max_retries` times (then
+    what is selected is sent). `last_selected` is the count before truncation.
+    """
+
+    name = "gdtopk"
+    HIGH = 1.3
+    LOW = 0.8
+
+    def __init__(self, ratio: float = 0.35, rho: float = 0.009, *,
+                 segments: Segments | None = None, seed=0, max_retries: int = 10):
+        super().__init__(ratio, segments=segments)
+        self.rho = _check_ratio("rho", rho)
+        self.max_retries = int(max_retries)
+        self.rng = np.random.default_rng(seed)
+        self.last_retries = 0
+        self.last_theta = 0.0
+
+    def set_ratio(self, ratio: float, rho: float | None = None) -> None:
+        self.ratio = _check_ratio("ratio", ratio)
+        if rho is not None:
+            self.rho = _check_ratio("rho", rho)
+
+    def _select(self, x, k):
+        n = x.size
+        absx = np.abs(x)
+        n_s = min(n, max(1, math.ceil(n * self.rho)))
+        m = min(n_s, max(1, math.ceil(n_s * self.ratio)))
+        sample = absx[self.rng.choice(n, n_s, replace=False)]
+        theta = float(np.partition(sample, n_s - m)[n_s - m])
+        retries = 0
+        while True:
+            # theta is some |g| of the segment, so at least one entry is selected
+            idx = np.flatnonzero(absx >= theta)
+            if idx.size >= self.LOW * k or retries >= self.max_retries:
+                break
+            theta *= 0.8
+            retries += 1
+        self.last_retries, self.last_theta = retries, theta
+        selected = int(idx.size)
+        if selected > self.HIGH * k:
+            idx = idx[_top_k(absx[idx], k)]
+        return idx, selected
+
+
+def _check_ratio(name: str, v: float) -> float:
+    v = float(v)
+    if not (0.0 < v <= 1.0):
+        raise ConfigError(name, v, "must be in (0, 1]")
+    return v
+
+
+# ---------------------------------------------------------------------------
+# GDTopK schedule and group speed
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GDTopKSchedule:
+    """Upload ratio c and sample fraction rho per epoch and group speed rank.
+
+    Each tuple is anchored evenly from the fastest group (first entry) to the
+    slowest (last); with G groups, group rank r sits at position r/(G-1) and
+    takes the piecewise-linear interpolation between anchors (G=1: position
+    0.5, the middle). Epoch 1 (1-based): `first_ratio` for all; epochs 2 ..
+    floor_epoch-1: max(r0^(epoch-1), floor); from `floor_epoch` on: `floor`
+    (the table's rounded r0^4, e.g. 0.015 for 0.35^4 = 0.01500625).
+    Defaults are PARADIGMS.md's table.
+    """
+
+    r0: tuple[float, ...] = (0.25, 0.3, 0.35)
+    rho: tuple[float, ...] = (0.008, 0.009, 0.01)
+    floor: tuple[float, ...] = (0.004, 0.0081, 0.015)
+    first_ratio: float = 0.35
+    floor_epoch: int = 5
+
+    def __post_init__(self):
+        for name in ("r0", "rho", "floor"):
+            vals = tuple(float(v) for v in getattr(self, name))
+            if not vals or any(not (0.0 < v <= 1.0) for v in vals):
+                raise ConfigError(f"gdtopk_{name}", vals, "one or more values in (0, 1]")
+            object.__setattr__(self, name, vals)
+        _check_ratio("gdtopk_first_ratio", self.first_ratio)
+        if not isinstance(self.floor_epoch, int) or self.floor_epoch < 2:
+            raise ConfigError("gdtopk_floor_epoch", self.floor_epoch, "must be an integer >= 2")
+
+    @staticmethod
+    def position(rank: int, groups: int) -> float:
+        """0.0 = fastest group, 1.0 = slowest."""
+        if groups < 1 or not 0 <= rank < groups:
+            raise ValueError(f"rank {rank} not in 0..{groups - 1}")
+        return 0.5 if groups == 1 else rank / (groups - 1)
+
+    def ratio(self, epoch: int, position: float) -> float:
+        if epoch < 1:
+            raise ValueError(f"epochs are numbered from 1, got {epoch}")
+        if epoch == 1:
+            return self.first_ratio
+        floor = _interp(self.floor, position)
+        if epoch >= self.floor_epoch:
+            return floor
+        return max(_interp(self.r0, position) ** (epoch - 1), floor)
+
+    def rho_at(self, position: float) -> float:
+        return _interp(self.rho, position)
+
+
+def _interp(anchors: tuple[float, ...], position: float) -> float:
+    if len(anchors) == 1:
+        return anchors[0]
+    xs = np.linspace(0.0, 1.0, len(anchors))
+    return float(np.interp(position, xs, anchors))
+
+
+DEFAULT_SCHEDULE = GDTopKSchedule()
+
+
+def ratio_schedule(epoch: int, rank: int, groups: int = 3,
+                   schedule: GDTopKSchedule | None = None) -> tuple[float, float]:
+    """(c, rho) for the group of speed rank `rank` (0 = fastest) of `groups`."""
+    s = schedule or DEFAULT_SCHEDULE
+    pos = s.position(rank, groups)
+    return s.ratio(epoch, pos), s.rho_at(pos)
+
+
+def speed_ranks(group_times: Sequence[float]) -> list[int]:
+    """Speed rank of each group (0 = fastest = smallest time; ties by index;
+    unknown (nan) times rank slowest)."""
+    t = np.asarray(group_times, dtype=float)
+    key = np.where(np.isnan(t), np.inf, t)
+    order = np.argsort(key, kind="stable")
+    ranks = np.empty(len(t), dtype=int)
+    ranks[order] = np.arange(len(t))
+    return [int(r) for r in ranks]
+
+
+def group_ratios(epoch: int, group_times: Sequence[float],
+                 schedule: GDTopKSchedule | None = None) -> list[tuple[float, float]]:
+    """(c, rho) per group, indexed like `group_times` (epoch times, lower = faster)."""
+    ranks = speed_ranks(group_times)
+    return [ratio_schedule(epoch, r, len(ranks), schedule) for r in ranks]
+
+
+class EpochTimeEMA:
+    """Per-worker EMA of epoch time, `T <- 0.3*T + 0.7*T_new` (first value: T_new).
+
+    Group speed is the mean of its members' T; workers not yet seen are left
+    out of the mean, and a group with none ranks slowest.
+    """
+
+    def __init__(self, keep: float = 0.3):
+        self.keep = float(keep)
+        self.times: dict[int, float] = {}
+
+    def update(self, worker: int, epoch_time: float) -> float:
+        old = self.times.get(worker)
+        new = float(epoch_time) if old is None else self.keep * old + (1 - self.keep) * float(epoch_time)
+        self.times[worker] = new
+        return new
+
+    def time(self, worker: int) -> float:
+        return self.times.get(worker, math.nan)
+
+    def group_time(self, members: Iterable[int]) -> float:
+        seen = [self.times[w] for w in members if w in self.times]
+        return float(np.mean(seen)) if seen else math.nan
+
+    def group_times(self, groups: Sequence[Sequence[int]]) -> list[float]:
+        return [self.group_time(g) for g in groups]
+
+    def rank_groups(self, groups: Sequence[Sequence[int]]) -> list[int]:
+        """Group indices ordered fastest first."""
+        ranks = speed_ranks(self.group_times(groups))
+        return sorted(range(len(groups)), key=lambda g: ranks[g])
+
+    def ratios(self, epoch: int, groups: Sequence[Sequence[int]],
+               schedule: GDTopKSchedule | None = None) -> list[tuple[float, float]]:
+        """(c, rho) per group for `epoch`, from the current speed estimates."""
+        return group_ratios(epoch, self.group_times(groups), schedule)
+
+
+# ---------------------------------------------------------------------------
+def make_compressor(cfg, *, segments: Segments | None = None, seed=None,
+                    stream: int = 0, schedule: GDTopKSchedule | None = None,
+                    rank: int | None = None, groups: int | None = None) -> Compressor:
+    """The compressor named by `cfg.compressor`.
+
+    `stream` (e.g. the worker index) decorrelates GDTopK's sampling between
+    ranks; the seed defaults to `cfg.seed`. For gdtopk, (`rank`, `groups`)
+    pick the epoch-1 rho of that group's speed rank (default: the middle);
+    the runtime calls `set_ratio(*ratio_schedule(...))` at each epoch start.
+    """
+    name = cfg.compressor
+    if name == "none":
+        return Identity(segments=segments)
+    if name == "topk":
+        return TopK(cfg.topk_ratio, segments=segments)
+    if name == "gdtopk":
+        s = schedule or DEFAULT_SCHEDULE
+        pos = 0.5 if rank is None else s.position(rank, groups or 1)
+        base = cfg.seed if seed is None else seed
+        return GDTopK(s.ratio(1, pos), s.rho_at(pos), segments=segments,
+                      seed=np.random.SeedSequence([int(base), int(stream)]))
+    raise ConfigError("compressor", name, "allowed: none, topk, gdtopk")

@@ -1,0 +1,251 @@
+"""Run configuration: one validated dataclass, loaded from YAML plus overrides.
+
+Every field carries its help text (and allowed values) in its metadata, so the
+command line, the YAML file and the error messages all come from one place.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd")
+DATASETS = ("digits", "mnist", "cifar10", "synthetic")
+OPTIMIZERS = ("sgd", "adam")
+SCHEDULES = ("none", "step", "cosine")
+DEVICES = ("cpu", "cuda", "auto")
+COMPRESSORS = ("none", "topk", "gdtopk")
+GROUPINGS = ("equal", "kmeans")
+ONLINE_POLICIES = ("none", "greedy", "conservative")
+PREDICTORS = ("ewma", "narx")
+VSGD_GATES = ("ssp", "asp")
+VALUE_MEASURES = ("exact", "bound")
+VSGD_RULES = ("max", "linear")
+
+
+class ConfigError(ValueError):
+    """A bad setting. `str()` is one line naming the field and what is allowed."""
+
+    def __init__(self, name: str, value: Any, allowed: str):
+        self.field = name
+        super().__init__(f"invalid {name}={value!r}: {allowed}")
+
+
+def _f(default, help, choices=None, **kw):
+    meta = {"help": help}
+    if choices is not None:
+        meta["choices"] = choices
+    return field(default=default, metadata=meta, **kw)
+
+
+@dataclass
+class Config:
+    # what to run ---------------------------------------------------------
+    paradigm: str = _f("ssp", "synchronization paradigm", PARADIGMS)
+    servers: int = _f(1, "parameter-server ranks (shards of the parameters)")
+    workers: int = _f(0, "worker ranks; 0 = derived from the world size")
+    dataset: str = _f("digits", "dataset", DATASETS)
+    data_dir: str = _f("", "directory with MNIST IDX files or CIFAR-10 python batches")
+    model: str = _f("mlp", "mlp, lenet5, resnet, or package.module:function")
+    device: str = _f("cpu", "where workers compute", DEVICES)
+    epochs: float = _f(5.0, "passes over each worker's shard")
+    batch_size: int = _f(16, "samples per worker per iteration")
+    test_fraction: float = _f(0.2, "held-out fraction for evaluation")
+    synthetic_samples: int = _f(4096, "samples of the synthetic dataset")
+    seed: int = _f(0, "seed of data order, initial weights and emulated stragglers")
+    # optimizer (applied at the servers) ------------------------------------
+    optimizer: str = _f("sgd", "server-side optimizer", OPTIMIZERS)
+    lr: float = _f(0.05, "learning rate of one update from workers x batch-size samples (pushes are scaled 1/W)")
+    momentum: float = _f(0.9, "SGD momentum")
+    nesterov: bool = _f(False, "Nesterov momentum")
+    weight_decay: float = _f(0.0, "L2 weight decay")
+    lr_schedule: str = _f("none", "learning-rate schedule over updates", SCHEDULES)
+    lr_step_every: float = _f(1.0, "step schedule: decay every this many epochs")
+    lr_gamma: float = _f(0.1, "step schedule: decay factor")
+    # paradigms ---------------------------------------------------------------
+    staleness: int = _f(3, "SSP bound s (c_i - c_min <= s)")
+    staleness_low: int = _f(3, "DSSP lower bound s_L")
+    staleness_high: int = _f(15, "DSSP upper bound s_H")
+    groups: int = _f(2, "GSSP: number of worker groups")
+    group_staleness: int = _f(3, "GSSP: SSP bound inside a group")
+    exchange_every: int = _f(0, "GSSP: pushes between exchanges with the global servers; 0 = group size")
+    grouping: str = _f("equal", "GSSP: how speeds are cut into groups", GROUPINGS)
+    group_assignment: str = _f("", "GSSP: explicit groups, e.g. '0,1;2,3' (workers by index)")
+    profile_iterations: int = _f(3, "GSSP: iterations profiled before grouping")
+    compressor: str = _f("none", "push compression", COMPRESSORS)
+    topk_ratio: float = _f(0.01, "topk: fraction of entries sent")
+    switch_at: float = _f(0.1, "Sync-Switch: fraction of the sample budget done in BSP")
+    online_policy: str = _f("none", "Sync-Switch: reaction to transient stragglers", ONLINE_POLICIES)
+    straggler_factor: float = _f(1.5, "Sync-Switch: slower than the median by this factor is a straggler")
+    straggler_rounds: int = _f(3, "Sync-Switch: consecutive slow rounds before acting")
+    conservative_window: int = _f(10, "Sync-Switch conservative: rounds the slowdown must last")
+    momentum_ramp: int = _f(100, "Sync-Switch: updates over which momentum ramps back after m/W")
+    global_batch: int = _f(0, "LB-BSP: global batch X; 0 = workers x batch-size")
+    predictor: str = _f("ewma", "LB-BSP speed predictor", PREDICTORS)
+    batch_cap: int = _f(0, "LB-BSP: largest batch of one worker; 0 = no cap")
+    gate: str = _f("ssp", "VSGD: gating underneath", VSGD_GATES)
+    value_measure: str = _f("bound", "VSGD: value staleness measure", VALUE_MEASURES)
+    vsgd_rule: str = _f("max", "VSGD: lr/max(1,v) or lr/(1+lambda*v)", VSGD_RULES)
+    vsgd_lambda: float = _f(1.0, "VSGD: lambda of the linear rule")
+    # emulated heterogeneity -------------------------------------------------
+    slowdown: str = _f("", "persistent slowdown factor per worker, e.g. 1,1,2,4")
+    straggler: str = _f("", "transient stragglers: worker:start_iter:iters:factor[,...]")
+    random_stragglers: str = _f("", "random stragglers: rate:mean_iters:factor (per worker iteration)")
+    # runtime -----------------------------------------------------------------
+    run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
+    eval_every: float = _f(1.0, "evaluate every this many epochs of updates")
+    log_flush_seconds: float = _f(2.0, "flush the run log at least this often")
+    stall_warn: float = _f(60.0, "a wait longer than this prints whom it waits for")
+    stall_timeout: float = _f(300.0, "a wait longer than this aborts the job")
+    torch_threads: int = _f(1, "torch threads per rank")
+    fail_at: str = _f("", "testing: 'worker:iteration' raises there")
+    nan_at: str = _f("", "testing: 'worker:iteration[,...]' pushes a NaN gradient there")
+
+    def __post_init__(self):
+        self.validate()
+
+    # ------------------------------------------------------------------
+    def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            value = getattr(self, f.name)
+            if choices and value not in choices:
+                raise ConfigError(f.name, value, "allowed: " + ", ".join(choices))
+        _at_least(self, "servers", 1)
+        _at_least(self, "workers", 0)
+        _at_least(self, "batch_size", 1)
+        _at_least(self, "staleness", 0)
+        _at_least(self, "staleness_low", 0)
+        _at_least(self, "group_staleness", 0)
+        _at_least(self, "groups", 1)
+        _at_least(self, "exchange_every", 0)
+        _at_least(self, "profile_iterations", 1)
+        _at_least(self, "global_batch", 0)
+        _at_least(self, "batch_cap", 0)
+        _at_least(self, "torch_threads", 1)
+        _at_least(self, "synthetic_samples", 16)
+        _at_least(self, "straggler_rounds", 1)
+        _at_least(self, "conservative_window", 1)
+        _at_least(self, "momentum_ramp", 0)
+        if self.staleness_high < self.staleness_low:
+            raise ConfigError("staleness_high", self.staleness_high,
+                              f"must be >= staleness_low ({self.staleness_low})")
+        _positive(self, "epochs")
+        _positive(self, "lr")
+        _positive(self, "eval_every")
+        _positive(self, "log_flush_seconds")
+        _positive(self, "stall_warn")
+        _positive(self, "stall_timeout")
+        _positive(self, "lr_step_every")
+        _positive(self, "straggler_factor")
+        _unit(self, "momentum", 0.0, 1.0, closed=False)
+        _unit(self, "test_fraction", 0.0, 1.0, closed=False)
+        _unit(self, "switch_at", 0.0, 1.0, closed=True)
+        _unit(self, "topk_ratio", 0.0, 1.0, closed=True, low_open=True)
+        _unit(self, "lr_gamma", 0.0, 1.0, closed=True, low_open=True)
+        if self.weight_decay < 0:
+            raise ConfigError("weight_decay", self.weight_decay, "must be >= 0")
+        if self.vsgd_lambda < 0:
+            raise ConfigError("vsgd_lambda", self.vsgd_lambda, "must be >= 0")
+        if self.dataset in ("mnist", "cifar10"):
+            if not self.data_dir:
+                raise ConfigError("data_dir", self.data_dir,
+                                  f"dataset {self.dataset} needs --data-dir with its files")
+            if not os.path.isdir(self.data_dir):
+                raise ConfigError("data_dir", self.data_dir, "no such directory")
+        self.slowdown_factors()  # parse now so errors surface before MPI work
+
+    def slowdown_factors(self) -> list[float]:
+        """Per-worker persistent slowdown factors ([] = none)."""
+        if not self.slowdown:
+            return []
+        try:
+            factors = [float(x) for x in self.slowdown.split(",")]
+        except ValueError:
+            raise ConfigError("slowdown", self.slowdown,
+                              "a comma-separated list of factors >= 1, e.g. 1,1,2,4") from None
+        if any(not math.isfinite(x) or x < 1 for x in factors):
+            raise ConfigError("slowdown", self.slowdown, "every factor must be >= 1")
+        return factors
+
+    def with_workers(self, workers: int) -> "Config":
+        return dataclasses.replace(self, workers=workers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _at_least(cfg, name, low):
+    v = getattr(cfg, name)
+    if not isinstance(v, int) or isinstance(v, bool) or v < low:
+        raise ConfigError(name, v, f"must be an integer >= {low}")
+
+
+def _positive(cfg, name):
+    v = getattr(cfg, name)
+    if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(name, v, "must be a number > 0")
+
+
+def _unit(cfg, name, lo, hi, closed, low_open=False):
+    v = getattr(cfg, name)
+    ok = isinstance(v, (int, float)) and math.isfinite(v)
+    if ok:
+        ok = (v > lo if low_open else v >= lo) and (v <= hi if closed else v < hi)
+    if not ok:
+        left = "(" if low_open else "["
+        right = "]" if closed else ")"
+        raise ConfigError(name, v, f"must be in {left}{lo}, {hi}{right}")
+
+
+def field_types() -> dict[str, type]:
+    return {f.name: type(f.default) for f in dataclasses.fields(Config)}
+
+
+def coerce(name: str, value: Any) -> Any:
+    """Convert a YAML or command-line value to the field's type, or say why not."""
+    types = field_types()
+    if name not in types:
+        raise ConfigError(name, value, "unknown setting; see `python -m mpips train --help`")
+    t = types[name]
+    if isinstance(value, t) and not (t is int and isinstance(value, bool)):
+        return value
+    try:
+        if t is bool:
+            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if t is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        if t is str:
+            return str(value)
+        return t(value)
+    except (TypeError, ValueError):
+        raise ConfigError(name, value, f"must be of type {t.__name__}") from None
+
+
+def load(path: str | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Build the configuration: defaults < YAML file < overrides."""
+    values: dict[str, Any] = {}
+    if path:
+        import yaml
+
+        try:
+            with open(path) as fh:
+                data = yaml.safe_load(fh) or {}
+        except OSError as e:
+            raise ConfigError("config", path, f"cannot read: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError("config", path, f"not valid YAML ({e.__class__.__name__})") from None
+        if not isinstance(data, dict):
+            raise ConfigError("config", path, "must be a mapping of setting: value")
+        for k, v in data.items():
+            name = str(k).replace("-", "_")
+            values[name] = coerce(name, v)
+    for k, v in (overrides or {}).items():
+        values[k] = coerce(k, v)
+    return Config(**values)

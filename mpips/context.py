@@ -1,0 +1,79 @@
+"""What every role of a running job shares: configuration, layout, windows, log, time."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+from .config import Config
+from .layout import Layout
+from .log import RankLog
+from .paradigms import Paradigm
+from .wait import wait_until
+from .windows import W, ControlTable, ParameterStore
+
+
+@dataclass
+class Context:
+    config: Config
+    layout: Layout
+    comm: MPI.Intracomm          # COMM_WORLD
+    role_comm: MPI.Intracomm     # this rank's role
+    rank: int
+    role: str
+    index: int                   # index within the role
+    run_dir: str
+    t0: float                    # common start (time.time() of rank 0)
+    store: ParameterStore
+    control: ControlTable
+    log: RankLog
+    paradigm: Paradigm
+    iterations: int              # iterations per worker
+    iterations_per_epoch: int
+    num_params: int
+    extra: dict = field(default_factory=dict)
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    @property
+    def name(self) -> str:
+        return f"rank {self.rank} ({self.role} {self.index})"
+
+    def view(self):
+        return self.control.view(self.control.read(), self.now())
+
+    def wait(self, ready, *, what: str, describe) -> float:
+        return wait_until(ready, what=f"{self.name}: {what}", describe=describe,
+                          warn=self.config.stall_warn, timeout=self.config.stall_timeout)
+
+    def describe_workers(self, workers) -> str:
+        """'workers 2 (clock 7), 3 (clock 5, done)' for stall messages."""
+        snap = self.control.read()
+        rows = self.control.worker_rows(snap)
+        ranks = self.layout.worker_ranks
+        parts = []
+        for j in workers:
+            extra = ", done" if rows[j, W.DONE] else ""
+            parts.append(f"worker {j} = rank {ranks[j]} (clock {int(rows[j, W.CLOCK])}{extra})")
+        return "; ".join(parts) if parts else "nothing (condition not met)"
+
+    def epochs_of(self, pushes: int) -> float:
+        return pushes / (self.layout.workers * self.iterations_per_epoch)
+
+    def wait_for_servers_done(self) -> None:
+        """Before the collective window frees: every server has finished."""
+        from .windows import S
+
+        def ready():
+            rows = self.control.server_rows(self.control.read())
+            return bool((rows[:, S.DONE] > 0).all())
+
+        def describe():
+            rows = self.control.server_rows(self.control.read())
+            return ", ".join(f"server {s} (pushes applied {int(rows[s, S.PUSHES])})"
+                             for s in np.flatnonzero(rows[:, S.DONE] == 0))
+
+        self.wait(ready, what="waiting for the servers to finish", describe=describe)

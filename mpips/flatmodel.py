@@ -1,0 +1,66 @@
+"""A model whose parameters and gradients are views into two flat buffers.
+
+Pulls write straight into the parameters and pushes read straight from the
+gradients: no per-tensor copies, no torch<->numpy conversion on the hot path.
+On a GPU the flat buffers live on the device and one host copy carries them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class FlatModel:
+    def __init__(self, model: torch.nn.Module, device: torch.device | str = "cpu"):
+        device = torch.device(device)
+        self.device = device
+        self.model = model.to(device)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.n = sum(p.numel() for p in params)
+        self.params = torch.zeros(self.n, dtype=torch.float32, device=device)
+        self.grads = torch.zeros(self.n, dtype=torch.float32, device=device)
+        offset = 0
+        for p in params:
+            k = p.numel()
+            self.params[offset:offset + k].copy_(p.data.reshape(-1))
+            p.data = self.params[offset:offset + k].view_as(p)
+            p.grad = self.grads[offset:offset + k].view_as(p)
+            offset += k
+        self._params_list = params
+        if device.type == "cpu":
+            self.host_params = self.params.numpy()
+            self.host_grads = self.grads.numpy()
+        else:
+            self.host_params = torch.zeros(self.n, dtype=torch.float32).pin_memory().numpy()
+            self.host_grads = torch.zeros(self.n, dtype=torch.float32).pin_memory().numpy()
+
+    def params_from_host(self) -> None:
+        """After a pull into `host_params`."""
+        if self.device.type != "cpu":
+            self.params.copy_(torch.from_numpy(self.host_params), non_blocking=False)
+
+    def grads_to_host(self) -> None:
+        """Before a push from `host_grads`."""
+        if self.device.type != "cpu":
+            torch.from_numpy(self.host_grads).copy_(self.grads)
+
+    def zero_grad(self) -> None:
+        self.grads.zero_()
+
+    def check_grad_views(self) -> None:
+        """Autograd accumulates into the existing .grad in place; if something
+        replaced a .grad tensor, copy it back into the flat buffer."""
+        offset = 0
+        for p in self._params_list:
+            k = p.numel()
+            view = self.grads[offset:offset + k]
+            if p.grad is None:
+                view.zero_()
+                p.grad = view.view_as(p)
+            elif p.grad.data_ptr() != view.data_ptr():
+                view.copy_(p.grad.reshape(-1))
+                p.grad = view.view_as(p)
+            offset += k
+
+    def flat_copy(self) -> np.ndarray:
+        return self.params.detach().cpu().numpy().copy()

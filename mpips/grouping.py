@@ -1,0 +1,140 @@
+"""GSSP grouping: which workers share a group server.
+
+Workers of similar speed go together (PARADIGMS.md, GSSP): sort by iteration
+time and cut into G groups, equal sizes by default or 1-D k-means on the
+times. Groups are lists of worker indices (ascending), fastest group first.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .config import ConfigError
+
+METHODS = ("equal", "kmeans")
+
+
+def validate_layout(workers: int, groups: int) -> None:
+    """G groups of W workers: 1 <= G <= W."""
+    if not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ConfigError("workers", workers, "must be an integer >= 1")
+    if not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ConfigError("groups", groups, "must be an integer >= 1")
+    if groups > workers:
+        raise ConfigError("groups", groups, f"must be <= workers ({workers})")
+
+
+def group_by_speed(iter_times: Sequence[float], groups: int,
+                   method: str = "equal") -> list[list[int]]:
+    """Cut workers, sorted by iteration time, into `groups` groups, fastest first.
+
+    equal:  sizes differ by at most one; the faster groups take the extra
+            workers (like `numpy.array_split`).
+    kmeans: 1-D k-means on the times, solved exactly by dynamic programming
+            over the sorted times (optimal clusters in 1-D are contiguous), so
+            there is no initialisation to choose, the result is deterministic,
+            and every group is non-empty even with repeated times.
+    Ties in time keep worker order. Unknown times (nan) count as slowest.
+    """
+    t = np.asarray(iter_times, dtype=float).reshape(-1)
+    validate_layout(int(t.size), groups)
+    if method not in METHODS:
+        raise ConfigError("grouping", method, "allowed: " + ", ".join(METHODS))
+    key = np.where(np.isnan(t), np.inf, t)
+    order = np.argsort(key, kind="stable")
+    if method == "equal":
+        cuts = np.array_split(np.arange(t.size), groups)
+        bounds = [(int(c[0]), int(c[-1]) + 1) for c in cuts]
+    else:
+        x = key[order]
+        finite = np.isfinite(x)
+        if not finite.all():
+            # inf breaks the squared errors; put unknowns just past the slowest
+            top = x[finite].max() if finite.any() else 1.0
+            x = np.where(finite, x, 2 * abs(top) + 1.0)
+        bounds = _kmeans_1d(x, groups)
+    return [sorted(int(w) for w in order[a:b]) for a, b in bounds]
+
+
+def _kmeans_1d(x: np.ndarray, k: int) -> list[tuple[int, int]]:
+    """Optimal k-means of sorted x into k non-empty contiguous runs [a, b)."""
+    n = x.size
+    s1 = np.concatenate([[0.0], np.cumsum(x)])
+    s2 = np.concatenate([[0.0], np.cumsum(x * x)])
+
+    def sse(a, b):  # squared error of x[a:b]; a, b arrays or scalars
+        m = b - a
+        return s2[b] - s2[a] - (s1[b] - s1[a]) ** 2 / m
+
+    inf = np.inf
+    # cost[g, j]: best error of x[:j] in g+1 clusters; arg: start of the last one
+    cost = np.full((k, n + 1), inf)
+    arg = np.zeros((k, n + 1), dtype=int)
+    j = np.arange(1, n + 1)
+    cost[0, 1:] = sse(np.zeros_like(j), j)
+    for g in range(1, k):
+        for end in range(g + 1, n + 1):
+            starts = np.arange(g, end)          # last cluster x[start:end], non-empty
+            c = cost[g - 1, starts] + sse(starts, np.full_like(starts, end))
+            best = int(np.argmin(c))            # first minimum: deterministic
+            cost[g, end] = c[best]
+            arg[g, end] = starts[best]
+    bounds, end = [], n
+    for g in range(k - 1, -1, -1):
+        start = int(arg[g, end]) if g > 0 else 0
+        bounds.append((start, end))
+        end = start
+    return bounds[::-1]
+
+
+def parse_assignment(text: str, workers: int, groups: int) -> list[list[int]]:
+    """Explicit groups from '0,1;2,3' (';' between groups, ',' between workers).
+
+    Every worker 0..W-1 exactly once, exactly G non-empty groups. Groups are
+    returned in the order written (their speed order is measured later).
+    """
+    validate_layout(workers, groups)
+
+    def bad(why):
+        return ConfigError("group_assignment", text,
+                           f"{why}; expected {groups} ';'-separated groups of worker "
+                           f"indices 0..{workers - 1}, each worker exactly once, e.g. '0,1;2,3'")
+
+    parts = str(text).strip().split(";")
+    if len(parts) != groups:
+        raise bad(f"has {len(parts)} groups, groups={groups}")
+    out: list[list[int]] = []
+    seen: set[int] = set()
+    for gi, part in enumerate(parts):
+        items = [s.strip() for s in part.split(",")]
+        if items == [""]:
+            raise bad(f"group {gi} is empty")
+        members = []
+        for s in items:
+            try:
+                w = int(s)
+            except ValueError:
+                raise bad(f"{s!r} in group {gi} is not a worker index") from None
+            if not 0 <= w < workers:
+                raise bad(f"worker {w} does not exist")
+            if w in seen:
+                raise bad(f"worker {w} appears twice")
+            seen.add(w)
+            members.append(w)
+        out.append(members)
+    missing = sorted(set(range(workers)) - seen)
+    if missing:
+        raise bad("worker(s) " + ",".join(map(str, missing)) + " in no group")
+    return out
+
+
+def make_groups(cfg, workers: int, iter_times: Sequence[float] | None = None) -> list[list[int]]:
+    """The groups of a run: `cfg.group_assignment` if given, else by measured speed."""
+    if cfg.group_assignment:
+        return parse_assignment(cfg.group_assignment, workers, cfg.groups)
+    if iter_times is None:
+        raise ValueError("iteration times are needed when group_assignment is not set")
+    if len(iter_times) != workers:
+        raise ValueError(f"{len(iter_times)} iteration times for {workers} workers")
+    return group_by_speed(iter_times, cfg.groups, cfg.grouping)

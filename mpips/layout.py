@@ -1,0 +1,62 @@
+"""Which rank does what: servers first, then GSSP group servers, then workers."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .config import ConfigError
+
+SERVER, GROUP_SERVER, WORKER = "server", "group_server", "worker"
+
+
+@dataclass(frozen=True)
+class Layout:
+    servers: int
+    group_servers: int
+    workers: int
+
+    @property
+    def size(self) -> int:
+        return self.servers + self.group_servers + self.workers
+
+    @property
+    def server_ranks(self) -> list[int]:
+        return list(range(self.servers))
+
+    @property
+    def group_server_ranks(self) -> list[int]:
+        return list(range(self.servers, self.servers + self.group_servers))
+
+    @property
+    def worker_ranks(self) -> list[int]:
+        return list(range(self.servers + self.group_servers, self.size))
+
+    def role(self, rank: int) -> tuple[str, int]:
+        """(role, index within the role) of a world rank."""
+        if rank < self.servers:
+            return SERVER, rank
+        if rank < self.servers + self.group_servers:
+            return GROUP_SERVER, rank - self.servers
+        return WORKER, rank - self.servers - self.group_servers
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_layout(config, world_size: int) -> Layout:
+    """The layout for this world size, or a ConfigError saying why not."""
+    group_servers = config.groups if config.paradigm == "gssp" else 0
+    if config.servers >= world_size:
+        raise ConfigError("servers", config.servers,
+                          f"must be < the {world_size} ranks started, leaving ranks for workers")
+    workers = world_size - config.servers - group_servers
+    if workers < 1:
+        raise ConfigError("workers", workers,
+                          f"{world_size} ranks = servers ({config.servers}) + group servers "
+                          f"({group_servers}) + workers: at least one worker is needed")
+    if config.workers and config.workers != workers:
+        raise ConfigError("workers", config.workers,
+                          f"must equal ranks - servers - group servers = {workers} "
+                          f"(started {world_size} ranks), or be 0 to derive it")
+    if group_servers > workers:
+        raise ConfigError("groups", config.groups, f"must be <= workers ({workers})")
+    return Layout(config.servers, group_servers, workers)

@@ -1,0 +1,8 @@
+"""ASP: no gate; every push is applied when it arrives."""
+from __future__ import annotations
+
+from .base import Paradigm
+
+
+class ASP(Paradigm):
+    name = "asp"

@@ -1,0 +1,115 @@
+"""The paradigm interface: pure Python, never imports mpi4py.
+
+A paradigm answers questions about a read-only `ClusterView` (a snapshot of
+the control window). The runtime asks, moves the bytes, and logs the answers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Sync-Switch modes, kept in the control window's MODE slot.
+MODE_BSP = 0
+MODE_ASP = 1
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """A snapshot of the shared state, as every paradigm sees it.
+
+    Times are seconds since the run's common start. Arrays are indexed by
+    worker (0..W-1) and must not be modified.
+    """
+
+    now: float
+    clocks: np.ndarray         # (W,) int: pushes completed by each worker
+    applied: np.ndarray        # (W,) int: each worker's pushes applied by every server
+    push_times: np.ndarray     # (W, 2) float: latest, previous push time (nan = none yet)
+    iter_times: np.ndarray     # (W,) float: last iteration's busy time (nan = none yet)
+    batch_sizes: np.ndarray    # (W,) int: batch size of the last push
+    done: np.ndarray           # (W,) bool: worker pushed its last iteration
+    updates: int               # pushes applied by the servers (min over servers)
+    mode: int = MODE_BSP       # MODE_BSP or MODE_ASP (Sync-Switch)
+    path_length: float = 0.0   # sum of norms of applied updates (VSGD bound)
+    update_norm_ema: float = 0.0
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.clocks)
+
+    def c_min(self, of: np.ndarray | None = None) -> int:
+        """Minimum clock over workers still running (done workers never block)."""
+        c = self.clocks if of is None else of
+        active = c[~self.done]
+        return int(active.min()) if active.size else int(c.max())
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Answer to "may worker i start its next iteration?"."""
+
+    ok: bool
+    waiting_for: tuple[int, ...] = ()          # workers it waits for, when not ok
+    event: dict[str, Any] | None = None        # something to log (e.g. DSSP r*)
+
+
+@dataclass
+class Push:
+    """What the paradigm decides for one push: the factor the gradient is
+    multiplied by before it is pushed, and why."""
+
+    scale: float = 1.0
+    lr_scale: float = 1.0                       # logged: learning-rate scale of this push
+    info: dict[str, float] = field(default_factory=dict)
+
+
+class Paradigm:
+    """Base class. Subclasses override what differs from plain ASP."""
+
+    name = "base"
+
+    def __init__(self, config, num_workers: int):
+        self.config = config
+        self.num_workers = num_workers
+
+    # worker side --------------------------------------------------------
+    def gate(self, worker: int, view: ClusterView) -> Gate:
+        """May `worker`, having completed `view.clocks[worker]` pushes, start now?"""
+        return Gate(True)
+
+    def batch_size(self, worker: int, view: ClusterView) -> int:
+        """Samples in this worker's next batch."""
+        return self.config.batch_size
+
+    def push(self, worker: int, view: ClusterView, *, batch_size: int,
+             read_updates: int, read_path_length: float) -> Push:
+        """Scale of the gradient about to be pushed.
+
+        `read_updates` / `read_path_length` are the server's update count and
+        path length when the worker pulled the parameters it computed on.
+        By default a push of b samples is 1/W of an update from W*b samples
+        (linear scaling), so `lr` means the same under every paradigm: BSP's
+        sum of W such pushes is the mean gradient, and ASP does not diverge
+        where BSP would not (Sync-Switch's eta_ASP = eta_BSP / W).
+        """
+        return Push(scale=1.0 / self.num_workers)
+
+    # server side --------------------------------------------------------
+    def server_ready(self, view: ClusterView, consumed: np.ndarray) -> bool:
+        """Should a server apply what has arrived now? `consumed[j]` is the
+        number of worker j's pushes this server already applied."""
+        return bool((view.clocks > consumed).any())
+
+    def server_lr(self, base_lr: float, view: ClusterView) -> float:
+        """Learning rate of the next server step (after the schedule)."""
+        return base_lr
+
+    def server_momentum(self, base_momentum: float, view: ClusterView) -> float | None:
+        """Momentum of the next server step; None keeps the current one."""
+        return None
+
+    def synchronous(self, view: ClusterView) -> bool:
+        """True while updates are applied as whole rounds (BSP semantics)."""
+        return False

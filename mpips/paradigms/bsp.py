@@ -1,0 +1,27 @@
+"""BSP: every round all W workers read w_t and the servers apply the mean."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Paradigm
+from .ssp import bounded_gate
+
+
+def round_complete(view, consumed: np.ndarray) -> bool:
+    """Every worker still running has a push this server has not applied."""
+    pending = view.clocks > consumed
+    return bool(pending.any() and (pending | (view.done & (view.clocks == consumed))).all())
+
+
+class BSP(Paradigm):
+    name = "bsp"
+
+    def gate(self, worker, view):
+        # Round c starts once every worker's push of round c-1 is applied.
+        return bounded_gate(worker, view, 0)
+
+    def server_ready(self, view, consumed):
+        return round_complete(view, consumed)
+
+    def synchronous(self, view):
+        return True

@@ -1,0 +1,149 @@
+"""Start a job: agree on the set-up, split roles, make the windows, run each role."""
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from . import __version__
+from .config import Config, ConfigError
+from .context import Context
+from .data import DataError, WorkerShard, iterations_per_epoch, load_dataset
+from .flatmodel import FlatModel
+from .layout import SERVER, WORKER, make_layout
+from .log import RankLog, rank_file, write_run_end, write_run_header
+from .models import build_model
+from .paradigms import make_paradigm
+from .server import Evaluator, Server
+from .windows import ControlTable, ParameterStore
+from .worker import Worker
+
+
+class SetupError(Exception):
+    """Bad input found while setting up; every rank raises it with the same
+    one-line message, so the job ends cleanly instead of aborting."""
+
+
+def default_run_dir(config: Config) -> str:
+    return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S") + f"-{config.paradigm}")
+
+
+def _agree(comm: MPI.Intracomm, fn):
+    """Run fn() on every rank; if any rank fails with bad input, all raise
+    SetupError with the first failing rank's message."""
+    try:
+        result, err = fn(), None
+    except (ConfigError, DataError, OSError) as e:
+        result, err = None, str(e)
+    errors = comm.allgather(err)
+    first = next((e for e in errors if e), None)
+    if first:
+        raise SetupError(first)
+    return result
+
+
+def _device(config: Config, comm: MPI.Intracomm) -> torch.device:
+    if config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError("device", "cuda", "no CUDA device visible to this rank; use cpu or auto")
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    index = local.Get_rank() % torch.cuda.device_count()
+    local.Free()
+    return torch.device("cuda", index)
+
+
+def versions() -> dict:
+    return {"mpips": __version__, "torch": torch.__version__, "numpy": np.__version__,
+            "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+            "python": platform.python_version(), "host": platform.node()}
+
+
+def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
+    """Run one training job over `comm`; returns the run directory."""
+    torch.set_num_threads(config.torch_threads)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    layout = _agree(comm, lambda: make_layout(config, size))
+    config = config.with_workers(layout.workers)
+    role, index = layout.role(rank)
+
+    run_dir = comm.bcast(config.run_dir or default_run_dir(config) if rank == 0 else None)
+    config.run_dir = run_dir
+
+    def setup():
+        if rank == 0:
+            os.makedirs(run_dir, exist_ok=True)
+        data = load_dataset(config)
+        torch.manual_seed(config.seed)
+        model = build_model(config.model, data.input_shape, data.num_classes)
+        paradigm = make_paradigm(config, layout.workers)
+        ipe = iterations_per_epoch(len(data.y_train), layout.workers, config.batch_size)
+        return data, model, paradigm, ipe
+
+    data, model, paradigm, ipe = _agree(comm, setup)
+    # Collective on every rank (it splits a node-local communicator); only workers use a GPU.
+    device = _agree(comm, lambda: _device(config, comm))
+    if role != WORKER:
+        device = torch.device("cpu")
+    flat = FlatModel(model, device)
+    iterations = max(1, int(np.ceil(config.epochs * ipe)))
+
+    role_comm = comm.Split(color={SERVER: 0, WORKER: 2}.get(role, 1), key=rank)
+    store = ParameterStore(comm, layout.server_ranks, flat.n)
+    control = ControlTable(comm, layout.server_ranks[0], layout.workers, layout.servers)
+    t0 = comm.bcast(time.time() if rank == 0 else None)
+    comm.Barrier()  # run_dir exists before anyone opens a file in it
+    log = RankLog(rank_file(run_dir, rank), rank, flush_seconds=config.log_flush_seconds)
+    ctx = Context(config=config, layout=layout, comm=comm, role_comm=role_comm, rank=rank,
+                  role=role, index=index, run_dir=run_dir, t0=t0, store=store, control=control,
+                  log=log, paradigm=paradigm, iterations=iterations, iterations_per_epoch=ipe,
+                  num_params=flat.n)
+    if rank == 0:
+        write_run_header(run_dir, config=config.to_dict(), versions=versions(),
+                         layout={**layout.to_dict(), "world_size": size, "parameters": flat.n,
+                                 "iterations_per_worker": iterations, "iterations_per_epoch": ipe},
+                         ranks=list(range(size)))
+        print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
+              f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
+              f" | {config.model} on {config.dataset} ({flat.n} parameters) | {iterations} iterations"
+              f" per worker | run {run_dir}", flush=True)
+    try:
+        if role == SERVER:
+            lo, hi = store.bounds[index]
+            store.shard[:] = flat.flat_copy()[lo:hi]
+            store.publish()
+            evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if index == 0 else None
+            server = Server(ctx, evaluator)
+        elif role == WORKER:
+            shard = WorkerShard(data.x_train, data.y_train, index, layout.workers, config.seed)
+            worker = Worker(ctx, flat, shard)
+        comm.Barrier()  # parameters in place and every role ready: the clock starts
+        ctx.t0 = comm.bcast(time.time() if rank == 0 else None)
+        if role == SERVER:
+            server.run()
+            if evaluator is not None:
+                _finish(ctx, evaluator)
+        elif role == WORKER:
+            worker.run()
+            ctx.wait_for_servers_done()
+        comm.Barrier()
+    finally:
+        log.close()
+    store.free()
+    control.free()
+    role_comm.Free()
+    return run_dir
+
+
+def _finish(ctx: Context, evaluator: Evaluator) -> None:
+    """Server 0, after every server is done: final evaluation and parameters."""
+    ctx.wait_for_servers_done()
+    rows = ctx.control.server_rows(ctx.control.read())
+    steps, pushes = int(rows[0, 1]), int(rows[0, 0])
+    if evaluator.last_pushes != pushes:
+        evaluator.evaluate(steps, pushes)
+    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=evaluator.current_params().copy())

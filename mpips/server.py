@@ -1,0 +1,139 @@
+"""The server loop: watch the push counters, apply what arrived, publish, evaluate."""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import torch
+
+from .context import Context
+from .optim import ServerOptimizer
+from .windows import S, W
+
+NORM_EMA_BETA = 0.9
+
+
+class Server:
+    def __init__(self, ctx: Context, evaluator=None):
+        self.ctx = ctx
+        self.s = ctx.index
+        self.opt = ServerOptimizer(ctx.config, ctx.store.shard)
+        self.grad = np.zeros_like(ctx.store.shard)
+        self.consumed = np.zeros(ctx.layout.workers, dtype=np.int64)
+        self.steps = 0
+        self.path = 0.0
+        self.norm_ema = 0.0
+        self.evaluator = evaluator          # server 0 evaluates
+        self.next_eval = ctx.config.eval_every
+        self.started = time.perf_counter()
+
+    @property
+    def pushes(self) -> int:
+        return int(self.consumed.sum())
+
+    def run(self) -> None:
+        ctx = self.ctx
+        last = {}
+
+        def ready():
+            view = ctx.view()
+            last["view"] = view
+            last["apply"] = ctx.paradigm.server_ready(view, self.consumed)
+            last["finished"] = bool(view.done.all() and (view.clocks == self.consumed).all())
+            return last["apply"] or last["finished"]
+
+        def describe():
+            view = last["view"]
+            behind = [j for j in range(view.num_workers) if not view.done[j]]
+            return ctx.describe_workers(behind)
+
+        while True:
+            waited = ctx.wait(ready, what="waiting for pushes", describe=describe)
+            if last["apply"]:
+                self.apply(last["view"], waited)
+            elif last["finished"]:
+                break
+        self.publish(done=True)
+        ctx.log.flush()
+
+    def apply(self, view, waited: float) -> None:
+        """Take every gradient counted in `view` (and maybe parts of later
+        ones, which a later take then does not see again) and step once."""
+        ctx = self.ctx
+        t = time.perf_counter()
+        target = view.clocks.copy()
+        new = int((target - self.consumed).sum())
+        ctx.store.take_gradient(self.grad)
+        lr = ctx.paradigm.server_lr(self.opt.scheduled_lr(ctx.epochs_of(self.pushes)), view)
+        momentum = ctx.paradigm.server_momentum(self.ctx.config.momentum, view)
+        if momentum is not None:
+            self.opt.set_momentum(momentum)
+        norm = self.opt.step(self.grad, lr)
+        self.consumed = target
+        self.steps += 1
+        self.path += norm
+        self.norm_ema = norm if self.steps == 1 else NORM_EMA_BETA * self.norm_ema + (1 - NORM_EMA_BETA) * norm
+        ctx.store.publish()
+        self.publish(done=False)
+        ctx.log.row("applies", self.s, ctx.now(), waited, time.perf_counter() - t, new, self.pushes,
+                    self.steps, norm, lr, self.opt.momentum)
+        if self.evaluator is not None and ctx.epochs_of(self.pushes) >= self.next_eval - 1e-9:
+            self.next_eval += ctx.config.eval_every
+            self.evaluator.evaluate(self.steps, self.pushes)
+
+    def publish(self, *, done: bool) -> None:
+        """This server's row: counters first, then the per-worker applied counts
+        that gates read (the parameters were published before)."""
+        row = np.zeros(S.EXTRA2 + 1 + self.ctx.layout.workers)
+        row[S.PUSHES] = self.pushes
+        row[S.STEPS] = self.steps
+        row[S.PATH] = self.path
+        row[S.NORM_EMA] = self.norm_ema
+        row[S.DONE] = 1.0 if done else 0.0
+        row[S.EXTRA2 + 1:] = self.consumed
+        self.ctx.control.write(self.ctx.control.server_offset(self.s), row)
+
+
+class Evaluator:
+    """Server 0's evaluation of the global parameters on the held-out split."""
+
+    def __init__(self, ctx: Context, flat, x_test: torch.Tensor, y_test: torch.Tensor):
+        self.ctx = ctx
+        self.flat = flat
+        self.x, self.y = x_test, y_test
+        self.params = np.zeros(flat.n, dtype=np.float32)
+        self.best = 0.0
+        self.last_pushes = -1
+
+    def current_params(self) -> np.ndarray:
+        self.ctx.store.pull(self.params)
+        return self.params
+
+    @torch.no_grad()
+    def evaluate(self, steps: int, pushes: int) -> tuple[float, float]:
+        ctx, flat = self.ctx, self.flat
+        flat.host_params[:] = self.current_params()
+        flat.params_from_host()
+        flat.model.eval()
+        loss_sum, correct = 0.0, 0
+        for lo in range(0, len(self.y), 1024):
+            x = self.x[lo:lo + 1024].to(flat.device)
+            y = self.y[lo:lo + 1024].to(flat.device)
+            out = flat.model(x)
+            loss_sum += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+        flat.model.train()
+        loss, acc = loss_sum / len(self.y), correct / len(self.y)
+        now = ctx.now()
+        epoch = ctx.epochs_of(pushes)
+        ctx.log.row("evaluations", now, epoch, steps, pushes, loss, acc)
+        ctx.log.flush()
+        rows = ctx.control.worker_rows(ctx.control.read())
+        wait_share = float(np.mean(rows[:, W.WAIT_TOTAL] / np.maximum(rows[:, W.ELAPSED], 1e-9)))
+        print(f"mpips: epoch {epoch:5.2f}  t {now:7.1f}s  updates {steps:6d}  loss {loss:.4f}  "
+              f"acc {100 * acc:5.1f}%  updates/s {steps / max(now, 1e-9):7.1f}  wait {100 * wait_share:4.1f}%",
+              flush=True, file=sys.stdout)
+        self.best = max(self.best, acc)
+        self.last_pushes = pushes
+        return loss, acc

@@ -1,0 +1,243 @@
+"""The shared state of a run, in one-sided MPI windows.
+
+Two classes, each owning its windows (after mpi4py.util.sync): the
+`ParameterStore` (the flat float32 parameters, sharded over the servers, and
+a gradient window per server that workers `Accumulate` into) and the
+`ControlTable` (a small float64 table on server 0 of per-worker and
+per-server counters). All windows are made with `Win.Allocate` (ENVIRONMENT.md:
+`Win.Create` does not progress) and every rank holds one `Lock_all` epoch on
+them for the whole run, completing operations with `Flush`.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+from mpi4py import MPI
+
+_INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
+
+
+def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarray]:
+    """A window of `count` zeroed elements on this rank, collective over comm."""
+    itemsize = np.dtype(dtype).itemsize
+    info = MPI.Info.Create()
+    for k, v in _INFO.items():
+        info.Set(k, v)
+    win = MPI.Win.Allocate(count * itemsize, itemsize, info, comm)
+    info.Free()
+    mem = np.frombuffer(win.tomemory(), dtype=dtype, count=count) if count else np.zeros(0, dtype)
+    mem[:] = 0
+    return win, mem
+
+
+def shard_bounds(n: int, servers: int) -> list[tuple[int, int]]:
+    """Even contiguous split of n parameters over the servers."""
+    edges = np.linspace(0, n, servers + 1).round().astype(np.int64)
+    return [(int(edges[s]), int(edges[s + 1])) for s in range(servers)]
+
+
+class ParameterStore:
+    """The flat parameter vector, sharded; pull with `Get`, push with `Accumulate`.
+
+    Collective over `comm`: every rank constructs it; only ranks in
+    `server_ranks` hold memory. Workers call `pull`/`push`; a server applies
+    with `take_gradient` and writes `shard` in place.
+    """
+
+    def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int):
+        self.comm = comm
+        self.server_ranks = list(server_ranks)
+        self.n = n
+        self.bounds = shard_bounds(n, len(server_ranks))
+        rank = comm.Get_rank()
+        mine = self.server_ranks.index(rank) if rank in self.server_ranks else None
+        count = self.bounds[mine][1] - self.bounds[mine][0] if mine is not None else 0
+        self.shard_index = mine
+        self._param_win, self.shard = _allocate(comm, count, np.float32)
+        self._grad_win, self._grad_mem = _allocate(comm, count, np.float32)
+        comm.Barrier()  # every shard is zeroed before anyone can push into it
+        self._param_win.Lock_all()
+        self._grad_win.Lock_all()
+        self._neg = np.empty(count, np.float32)
+
+    # worker side ------------------------------------------------------------
+    def pull(self, out: np.ndarray) -> None:
+        """Read every shard into `out` (float32, length n)."""
+        for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
+            if hi > lo:
+                self._param_win.Get([out[lo:hi], MPI.FLOAT], rank, (0, hi - lo, MPI.FLOAT))
+        self._param_win.Flush_all()
+
+    def push(self, grad: np.ndarray) -> None:
+        """Add `grad` (float32, length n) into the servers' gradient windows."""
+        for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
+            if hi > lo:
+                self._grad_win.Accumulate([grad[lo:hi], MPI.FLOAT], rank,
+                                          (0, hi - lo, MPI.FLOAT), MPI.SUM)
+        self._grad_win.Flush_all()
+
+    def push_sparse(self, indices: np.ndarray, values: np.ndarray) -> None:
+        """Add values at global `indices` (sorted, int) only: an indexed target
+        datatype sends the k values, not a dense vector of zeros."""
+        for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
+            a, b = np.searchsorted(indices, (lo, hi))
+            if b > a:
+                local = (indices[a:b] - lo).astype(np.int32)
+                dtype = MPI.FLOAT.Create_indexed_block(1, local).Commit()
+                self._grad_win.Accumulate([values[a:b], MPI.FLOAT], rank, (0, 1, dtype), MPI.SUM)
+                self._grad_win.Flush(rank)
+                dtype.Free()
+
+    # server side ------------------------------------------------------------
+    def take_gradient(self, out: np.ndarray) -> None:
+        """Move what has been pushed to this server into `out`, exactly.
+
+        Reads with Get_accumulate(NO_OP) and subtracts what it read with
+        Accumulate(SUM): both are compatible with concurrent pushes (MPI's
+        default accumulate_ops=same_op_no_op), so a push landing meanwhile
+        stays in the window for the next take instead of being lost.
+        """
+        rank = self.comm.Get_rank()
+        count = len(self.shard)
+        if not count:
+            return
+        self._grad_win.Get_accumulate([self._neg, MPI.FLOAT], [out, MPI.FLOAT], rank, (0, count, MPI.FLOAT), MPI.NO_OP)
+        self._grad_win.Flush(rank)
+        np.negative(out, out=self._neg)
+        self._grad_win.Accumulate([self._neg, MPI.FLOAT], rank, (0, count, MPI.FLOAT), MPI.SUM)
+        self._grad_win.Flush(rank)
+
+    def publish(self) -> None:
+        """Make local writes to `shard` visible to remote Gets."""
+        self._param_win.Sync()
+
+    def free(self) -> None:
+        for win in (self._param_win, self._grad_win):
+            win.Unlock_all()
+            win.Free()
+
+
+class W(IntEnum):
+    """Columns of a worker's row in the control table."""
+
+    CLOCK = 0        # pushes completed (the push counter servers watch)
+    PUSH_T0 = 1      # time of the latest push
+    PUSH_T1 = 2      # time of the previous push
+    ITER_TIME = 3    # busy time (pull + compute + push) of the last iteration
+    BATCH = 4        # batch size of the last push
+    DONE = 5         # 1 after the last push
+    REJECTED = 6     # pushes rejected (NaN/Inf)
+    WAIT_TOTAL = 7   # seconds spent waiting at gates
+    ELAPSED = 8      # seconds since start at the last tick
+    SAMPLES = 9      # samples pushed in total
+    EXTRA0 = 10      # paradigm-specific (e.g. DSSP credit, LB-BSP prediction)
+    EXTRA1 = 11
+    EXTRA2 = 12
+    EXTRA3 = 13
+
+
+class S(IntEnum):
+    """Columns of a server's row (followed by W per-worker applied counts)."""
+
+    PUSHES = 0       # pushes applied
+    STEPS = 1        # optimizer steps taken
+    PATH = 2         # sum of norms of applied updates
+    NORM_EMA = 3     # EMA of one update's norm
+    DONE = 4
+    EXTRA0 = 5
+    EXTRA1 = 6
+    EXTRA2 = 7
+
+
+class G(IntEnum):
+    """Global slots at the start of the table."""
+
+    MODE = 0         # Sync-Switch: MODE_BSP / MODE_ASP
+    MODE_CLOCK = 1   # clock at which the current mode began
+    EXTRA0 = 2
+    EXTRA1 = 3
+
+
+_NG, _NW, _NS = 8, 16, 8
+
+
+class ControlTable:
+    """Per-worker and per-server counters in one float64 window on server 0.
+
+    Each slot has one writer (a worker its row, a server its row), so writes
+    are plain `Accumulate(REPLACE)` without locks; readers take the whole
+    table with one `Get` (a few hundred bytes).
+    """
+
+    def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int):
+        self.comm = comm
+        self.home = home
+        self.workers = workers
+        self.servers = servers
+        self.size = _NG + workers * _NW + servers * (_NS + workers)
+        count = self.size if comm.Get_rank() == home else 0
+        self._win, _ = _allocate(comm, count, np.float64)
+        comm.Barrier()
+        self._win.Lock_all()
+        self._snap = np.zeros(self.size)
+        self._one = np.zeros(1)
+
+    def worker_offset(self, worker: int, col: int = 0) -> int:
+        return _NG + worker * _NW + col
+
+    def server_offset(self, server: int, col: int = 0) -> int:
+        return _NG + self.workers * _NW + server * (_NS + self.workers) + col
+
+    def read(self) -> np.ndarray:
+        """One consistent-enough copy of the whole table (each slot atomic)."""
+        self._win.Get([self._snap, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
+        self._win.Flush(self.home)
+        return self._snap.copy()
+
+    def write(self, offset: int, values) -> None:
+        vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
+        self._win.Accumulate([vals, MPI.DOUBLE], self.home, (offset, len(vals), MPI.DOUBLE), MPI.REPLACE)
+        self._win.Flush(self.home)
+
+    def add(self, offset: int, value: float) -> float:
+        """Atomic fetch-and-add; returns the value before."""
+        self._one[0] = value
+        result = np.zeros(1)
+        self._win.Fetch_and_op([self._one, MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
+        self._win.Flush(self.home)
+        return float(result[0])
+
+    # views of a snapshot --------------------------------------------------
+    def worker_rows(self, snap: np.ndarray) -> np.ndarray:
+        return snap[_NG:_NG + self.workers * _NW].reshape(self.workers, _NW)
+
+    def server_rows(self, snap: np.ndarray) -> np.ndarray:
+        start = self.server_offset(0)
+        return snap[start:start + self.servers * (_NS + self.workers)].reshape(
+            self.servers, _NS + self.workers)
+
+    def free(self) -> None:
+        self._win.Unlock_all()
+        self._win.Free()
+
+    def view(self, snap: np.ndarray, now: float):
+        """The paradigms' read-only `ClusterView` of a snapshot."""
+        from .paradigms.base import ClusterView
+
+        w = self.worker_rows(snap)
+        s = self.server_rows(snap)
+        applied = s[:, _NS:].min(axis=0)
+        return ClusterView(
+            now=now,
+            clocks=w[:, W.CLOCK].astype(np.int64),
+            applied=applied.astype(np.int64),
+            push_times=np.where(w[:, [W.PUSH_T0, W.PUSH_T1]] > 0, w[:, [W.PUSH_T0, W.PUSH_T1]], np.nan),
+            iter_times=np.where(w[:, W.ITER_TIME] > 0, w[:, W.ITER_TIME], np.nan),
+            batch_sizes=w[:, W.BATCH].astype(np.int64),
+            done=w[:, W.DONE] > 0,
+            updates=int(s[:, S.PUSHES].min()),
+            mode=int(snap[G.MODE]),
+            path_length=float(s[:, S.PATH].sum()),
+            update_norm_ema=float(s[0, S.NORM_EMA]),
+        )

@@ -1,0 +1,156 @@
+"""The worker loop: gate -> pull -> forward/backward -> scale -> push -> tick -> log."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from .context import Context
+from .flatmodel import FlatModel
+from .hetero import Slowdown
+from .windows import W
+
+
+def _parse_points(text: str, field: str) -> set[tuple[int, int]]:
+    from .config import ConfigError
+
+    out = set()
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        try:
+            w, i = (int(x) for x in item.split(":"))
+        except ValueError:
+            raise ConfigError(field, text, "entries worker:iteration, e.g. 2:10") from None
+        out.add((w, i))
+    return out
+
+
+class Worker:
+    def __init__(self, ctx: Context, flat: FlatModel, shard):
+        self.ctx = ctx
+        self.i = ctx.index
+        self.flat = flat
+        self.shard = shard
+        cfg = ctx.config
+        self.slowdown = Slowdown(cfg, self.i, ctx.layout.workers, ctx.iterations)
+        self.fail_at = {it for w, it in _parse_points(cfg.fail_at, "fail_at") if w == self.i}
+        self.nan_at = {it for w, it in _parse_points(cfg.nan_at, "nan_at") if w == self.i}
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.dense_bytes = flat.n * 4
+        self.compressor = None  # set by paradigms that compress pushes (GSSP)
+        # what this worker has published in its control row
+        self.clock = 0
+        self.push_times = [0.0, 0.0]
+        self.rejected = 0
+        self.wait_total = 0.0
+        self.samples = 0
+
+    # ------------------------------------------------------------------
+    def run(self) -> None:
+        ctx = self.ctx
+        if self.slowdown.persistent != 1.0:
+            ctx.log.event(ctx.now(), "slowdown", worker=self.i, factor=self.slowdown.persistent)
+        for it in range(ctx.iterations):
+            self.iteration(it)
+        ctx.log.flush()
+
+    def _gate(self):
+        ctx, i = self.ctx, self.i
+        last = {}
+
+        def ready():
+            view = ctx.view()
+            gate = ctx.paradigm.gate(i, view)
+            last["view"], last["gate"] = view, gate
+            return gate.ok
+
+        def describe():
+            return ctx.describe_workers(last["gate"].waiting_for) if "gate" in last else "?"
+
+        waited = ctx.wait(ready, what=f"gate at clock {self.clock}", describe=describe)
+        return waited, last["view"], last["gate"]
+
+    def iteration(self, it: int) -> None:
+        ctx, i, flat = self.ctx, self.i, self.flat
+        start = ctx.now()
+        waited, view, gate = self._gate()
+        self.wait_total += waited
+        if gate.event:
+            ctx.log.event(ctx.now(), gate.event.pop("kind", "gate"), worker=i, clock=self.clock, **gate.event)
+        clock_gap = self.clock - view.c_min()
+        batch = ctx.paradigm.batch_size(i, view)
+
+        t = time.perf_counter()
+        ctx.store.pull(flat.host_params)
+        flat.params_from_host()
+        read_updates, read_path = view.updates, view.path_length
+        pull_time = time.perf_counter() - t
+
+        t = time.perf_counter()
+        if it in self.fail_at:
+            raise RuntimeError(f"injected failure (fail_at) at worker {i} iteration {it}")
+        x, y = self.shard.next_batch(batch)
+        x, y = x.to(flat.device, non_blocking=True), y.to(flat.device, non_blocking=True)
+        flat.zero_grad()
+        loss = self.loss_fn(flat.model(x), y)
+        loss.backward()
+        flat.check_grad_views()
+        flat.grads_to_host()
+        loss_value = float(loss.detach())
+        compute = time.perf_counter() - t
+        for s in self.slowdown.starting(it):
+            ctx.log.event(ctx.now(), "straggler", worker=i, iteration=it, iterations=s.length, factor=s.factor)
+        factor = self.slowdown.factor(it)
+        sleep = (factor - 1.0) * compute
+        if sleep > 0:
+            time.sleep(sleep)
+
+        t = time.perf_counter()
+        at_push = ctx.view()
+        decision = ctx.paradigm.push(i, at_push, batch_size=batch, read_updates=read_updates,
+                                     read_path_length=read_path)
+        grad = flat.host_grads
+        if it in self.nan_at:
+            grad[0] = np.nan
+        if decision.scale != 1.0:
+            grad *= decision.scale
+        rejected = not np.isfinite(grad).all()
+        sent = 0
+        if rejected:
+            self.rejected += 1
+            ctx.log.event(ctx.now(), "rejected_push", worker=i, iteration=it, clock=self.clock,
+                          reason="gradient contains NaN or Inf")
+        else:
+            ctx.store.push(grad)
+            sent = self.dense_bytes
+            self.samples += batch
+        push_time = time.perf_counter() - t
+        self.tick(it, busy=pull_time + compute + sleep + push_time, batch=batch)
+
+        staleness = at_push.updates - read_updates
+        vs = decision.info.get("value_staleness", math.nan)
+        vsb = decision.info.get("value_staleness_bound", math.nan)
+        ctx.log.row("iterations", i, it, self.clock - 1, clock_gap, start, waited, pull_time,
+                    compute + sleep, sleep, push_time, batch, decision.scale, decision.lr_scale,
+                    staleness, vs, vsb, sent, self.dense_bytes, loss_value, int(rejected))
+
+    def tick(self, it: int, *, busy: float, batch: int) -> None:
+        """Publish this worker's row: the clock last, so a server that sees it
+        also sees the push (already flushed) it counts."""
+        ctx = self.ctx
+        self.clock += 1
+        now = ctx.now()
+        self.push_times = [now, self.push_times[0]]
+        done = 1.0 if it == ctx.iterations - 1 else 0.0
+        row = np.zeros(W.SAMPLES + 1)
+        row[W.CLOCK] = self.clock
+        row[W.PUSH_T0], row[W.PUSH_T1] = self.push_times
+        row[W.ITER_TIME] = busy
+        row[W.BATCH] = batch
+        row[W.DONE] = done
+        row[W.REJECTED] = self.rejected
+        row[W.WAIT_TOTAL] = self.wait_total
+        row[W.ELAPSED] = now
+        row[W.SAMPLES] = self.samples
+        ctx.control.write(ctx.control.worker_offset(self.i), row)

@@ -1,0 +1,123 @@
+"""The job scripts under a real (single-node) Slurm: see conftest.py."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+RANKS_JOB = """\
+#!/bin/bash
+#SBATCH --job-name=mpips-ranks
+#SBATCH --ntasks=2
+#SBATCH --time=00:05:00
+source "$MPIPS_ROOT/jobs/common.sh" || exit 1
+mpips_launch 2 python -c "from mpi4py import MPI; c = MPI.COMM_WORLD; print(f'rank {c.Get_rank()} of {c.Get_size()}', flush=True)"
+"""
+
+
+def _ranks_job(tmp_path: Path) -> Path:
+    script = tmp_path / "ranks.slurm"
+    script.write_text(RANKS_JOB)
+    return script
+
+
+def _output(slurm, job: str) -> str:
+    return Path(slurm.job_info(job)["StdOut"]).read_text(errors="replace").replace("\0", "")
+
+
+def test_trivial_mpi_job(slurm, tmp_path):
+    job = slurm.submit(_ranks_job(tmp_path), env={"MPIPS_ROOT": REPO}, cwd=tmp_path)
+    assert slurm.wait(job, timeout=60) == "COMPLETED", slurm.describe(job)
+    out = _output(slurm, job)
+    assert sorted(re.findall(r"^rank (\d) of 2$", out, re.M)) == ["0", "1"], out
+    assert "launcher: mpirun" in out, out
+
+
+def test_srun_launcher_or_fallback(slurm, tmp_path):
+    """MPIPS_LAUNCHER=srun uses pmix/pmi2 when Slurm has it, else falls back to mpirun."""
+    job = slurm.submit(_ranks_job(tmp_path), env={"MPIPS_ROOT": REPO, "MPIPS_LAUNCHER": "srun"},
+                       cwd=tmp_path)
+    assert slurm.wait(job, timeout=60) == "COMPLETED", slurm.describe(job)
+    out = _output(slurm, job)
+    assert sorted(re.findall(r"^rank (\d) of 2$", out, re.M)) == ["0", "1"], out
+    if any(p.startswith("pmix") for p in slurm.srun_mpi_plugins()):
+        assert "launcher: srun --mpi=pmix" in out, out
+    else:
+        assert "no working pmix/pmi2 plugin" in out and "launcher: mpirun" in out, out
+
+
+USR1_JOB = """\
+#!/bin/bash
+#SBATCH --job-name=mpips-usr1
+#SBATCH --ntasks=2
+#SBATCH --time=00:05:00
+#SBATCH --open-mode=append
+#SBATCH --requeue
+source "$MPIPS_ROOT/jobs/common.sh" || exit 1
+echo "start restart=${SLURM_RESTART_COUNT:-0}"
+mpips_launch 2 python {script}
+"""
+
+USR1_RANK = """\
+import os, signal, sys, time
+from mpi4py import MPI
+rank = MPI.COMM_WORLD.Get_rank()
+if os.environ.get("SLURM_RESTART_COUNT", "0") != "0":
+    print(f"rank {rank} resumed", flush=True)
+    sys.exit(0)
+def on_usr1(signum, frame):
+    print(f"rank {rank} got USR1", flush=True)
+    os._exit(3)  # "checkpointed, not finished"
+signal.signal(signal.SIGUSR1, on_usr1)
+open(f"{sys.argv[1]}/ready.{rank}", "w").close()
+time.sleep(120)
+"""
+
+
+def test_usr1_is_forwarded_and_requeues(slurm, tmp_path):
+    """`--signal=B:USR1` reaches every rank through common.sh and mpirun; a
+    non-zero exit after it requeues the job, which then resumes."""
+    rank_py = tmp_path / "rank.py"
+    rank_py.write_text(USR1_RANK)
+    script = tmp_path / "usr1.slurm"
+    script.write_text(USR1_JOB.replace("{script}", f"{rank_py} {tmp_path}"))
+    job = slurm.submit(script, env={"MPIPS_ROOT": REPO}, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready.{r}").exists() for r in (0, 1)):
+        assert time.monotonic() < deadline, slurm.describe(job)
+        time.sleep(0.1)
+    slurm.run("scancel", "--batch", "--signal=USR1", job)
+    assert slurm.wait(job, timeout=120) == "COMPLETED", slurm.describe(job)
+    out = _output(slurm, job)
+    assert sorted(re.findall(r"^rank (\d) got USR1$", out, re.M)) == ["0", "1"], out
+    assert "requeueing job" in out, out
+    assert sorted(re.findall(r"^rank (\d) resumed$", out, re.M)) == ["0", "1"], out
+    assert slurm.job_info(job)["Restarts"] == "1"
+
+
+@pytest.mark.skipif(not (REPO / "mpips" / "cli.py").exists(),
+                    reason="mpips/cli.py (python -m mpips train/info) does not exist yet")
+def test_ssp_job_script(slurm, tmp_path, venv_python):
+    """jobs/ssp.slurm as a user would submit it, from another directory, with
+    small settings from the environment only."""
+    run_dir = tmp_path / "run"
+    env = {"MPIPS_EPOCHS": "1", "MPIPS_WORKERS": "2", "MPIPS_SLOWDOWN": "1,2",
+           "MPIPS_RUN_DIR": run_dir}
+    job = slurm.submit(REPO / "jobs" / "ssp.slurm", env=env, args=["--ntasks=3"], cwd=tmp_path)
+    assert slurm.wait(job, timeout=300) == "COMPLETED", slurm.describe(job)
+    assert (run_dir / "run.h5").exists(), slurm.describe(job)
+    r = subprocess.run([venv_python, "-m", "mpips", "info", str(run_dir), "--json"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["paradigm"] == "ssp"
+    assert 0.0 <= info["final_accuracy"] <= 1.0, info
+    assert info["updates"] > 0, info

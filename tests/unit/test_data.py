@@ -1,0 +1,379 @@
+"""Datasets (built-in, MNIST IDX files, CIFAR-10 pickles) and worker shards."""
+import gzip
+import json
+import os
+import pickle
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from mpips.config import Config
+from mpips.data import (DataError, WorkerShard, _read_digits, iterations_per_epoch,
+                        load_dataset)
+
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+CIFAR_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+
+
+# --- file writers in the real formats ----------------------------------------
+
+def write_idx(path, magic, array, gz=False):
+    header = magic.to_bytes(4, "big") + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    raw = header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
+    if gz:
+        path = str(path) + ".gz"
+        with gzip.open(path, "wb") as fh:
+            fh.write(raw)
+    else:
+        with open(path, "wb") as fh:
+            fh.write(raw)
+    return str(path)
+
+
+def make_mnist(folder, n_train=60, n_test=20, gz=False, size=28):
+    rng = np.random.default_rng(1)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        write_idx(os.path.join(folder, f"{prefix}-images-idx3-ubyte"), 0x803,
+                  rng.integers(0, 256, (n, size, size)), gz)
+        write_idx(os.path.join(folder, f"{prefix}-labels-idx1-ubyte"), 0x801,
+                  np.arange(n) % 10, gz)
+
+
+def mnist_cfg(folder):
+    return Config(dataset="mnist", data_dir=str(folder))
+
+
+def write_cifar_batch(path, data, labels, protocol=2):
+    batch = {b"batch_label": b"test", b"labels": list(labels), b"data": data,
+             b"filenames": [b"x.png"] * len(labels)}
+    with open(path, "wb") as fh:
+        pickle.dump(batch, fh, protocol=protocol)
+
+
+def make_cifar(folder, n=6):
+    rng = np.random.default_rng(2)
+    os.makedirs(folder, exist_ok=True)
+    for name in CIFAR_FILES:
+        write_cifar_batch(os.path.join(folder, name),
+                          rng.integers(0, 256, (n, 3072), dtype=np.uint8), np.arange(n) % 10)
+
+
+def cifar_cfg(folder):
+    return Config(dataset="cifar10", data_dir=str(folder))
+
+
+def assert_names(error, path):
+    message = str(error.value)
+    assert str(path) in message and "\n" not in message, message
+
+
+# --- digits and synthetic ----------------------------------------------------------
+
+def test_digits_shapes_and_range():
+    d = load_dataset(Config(dataset="digits"))
+    assert d.x_train.shape[1:] == (1, 8, 8) and d.input_shape == (1, 8, 8)
+    assert len(d.x_train) + len(d.x_test) == 1797
+    assert len(d.x_test) == round(1797 * 0.2)
+    assert d.x_train.dtype == torch.float32 and d.y_train.dtype == torch.int64
+    assert d.x_train.min() >= 0 and d.x_train.max() == 1
+    assert d.num_classes == 10 and set(d.y_test.tolist()) == set(range(10))
+
+
+def test_digits_fast_path_reads_what_sklearn_reads():
+    from sklearn.datasets import load_digits
+
+    pixels, labels = _read_digits()
+    bunch = load_digits()
+    np.testing.assert_array_equal(pixels, bunch.data)
+    np.testing.assert_array_equal(labels, bunch.target)
+
+
+def test_digits_loads_quickly():
+    load_dataset(Config(dataset="digits"))
+    start = time.perf_counter()
+    load_dataset(Config(dataset="digits"))
+    # The budget is 0.5 s; doubled so a busy shared machine does not fail it.
+    assert time.perf_counter() - start < 1.0
+
+
+def test_test_split_is_the_same_for_every_seed():
+    a = load_dataset(Config(dataset="digits", seed=0))
+    b = load_dataset(Config(dataset="digits", seed=7))
+    assert torch.equal(a.x_test, b.x_test) and torch.equal(a.y_test, b.y_test)
+    c = load_dataset(Config(dataset="digits", test_fraction=0.5))
+    assert len(c.x_test) == round(1797 * 0.5)
+
+
+def test_synthetic_is_reproducible_and_learnable():
+    cfg = Config(dataset="synthetic", synthetic_samples=1000)
+    d = load_dataset(cfg)
+    assert len(d.x_train) + len(d.x_test) == 1000 and d.input_shape == (1, 8, 8)
+    assert torch.equal(d.x_train, load_dataset(cfg).x_train)
+    # Nearest class mean already separates the classes well.
+    x_train, x_test = d.x_train.flatten(1), d.x_test.flatten(1)
+    means = torch.stack([x_train[d.y_train == c].mean(0) for c in range(10)])
+    predicted = torch.cdist(x_test, means).argmin(1)
+    assert (predicted == d.y_test).float().mean() > 0.8
+
+
+# --- MNIST ------------------------------------------------------------------
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_mnist_loads(tmp_path, gz):
+    make_mnist(tmp_path, gz=gz)
+    d = load_dataset(mnist_cfg(tmp_path))
+    assert d.x_train.shape == (60, 1, 28, 28) and d.x_test.shape == (20, 1, 28, 28)
+    assert d.input_shape == (1, 28, 28) and d.num_classes == 10
+    assert d.y_train.tolist() == [i % 10 for i in range(60)]
+    assert abs(d.x_train.mean().item()) < 1e-4 and abs(d.x_train.std().item() - 1) < 1e-3
+
+
+def test_mnist_in_torchvision_layout(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    make_mnist(raw)
+    assert len(load_dataset(mnist_cfg(tmp_path)).x_train) == 60
+
+
+@pytest.mark.parametrize("name", MNIST_FILES)
+def test_mnist_missing_file(tmp_path, name):
+    make_mnist(tmp_path)
+    os.remove(tmp_path / name)
+    with pytest.raises(DataError, match="missing") as e:
+        load_dataset(mnist_cfg(tmp_path))
+    assert_names(e, tmp_path / name)
+
+
+def test_mnist_bad_magic(tmp_path):
+    make_mnist(tmp_path)
+    path = write_idx(tmp_path / "train-images-idx3-ubyte", 0x1234, np.zeros((60, 28, 28)))
+    with pytest.raises(DataError, match="bad magic number 0x00001234, expected 0x00000803") as e:
+        load_dataset(mnist_cfg(tmp_path))
+    assert_names(e, path)
+
+
+def test_mnist_labels_with_images_magic(tmp_path):
+    make_mnist(tmp_path)
+    path = write_idx(tmp_path / "t10k-labels-idx1-ubyte", 0x803, np.zeros((20, 28, 28)))
+    with pytest.raises(DataError, match="bad magic") as e:
+        load_dataset(mnist_cfg(tmp_path))
+    assert_names(e, path)
+
+
+@pytest.mark.parametrize("keep", [3, 10, 16 + 28 * 28 * 59])
+def test_mnist_truncated(tmp_path, keep):
+    make_mnist(tmp_path)
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(path.read_bytes()[:keep])
+    with pytest.raises(DataError, match="truncated") as e:
+        load_dataset(mnist_cfg(tmp_path))
+    assert_names(e, path)
+
+
+def test_mnist_corrupt_gzip(tmp_path):
+    make_mnist(tmp_path, gz=True)
+    path = tmp_path / "t10k-images-idx3-ubyte.gz"
+    path.write_bytes(path.read_bytes()[:30])
+    with pytest.raises(DataError, match="cannot read") as e:
+        load_dataset(mnist_cfg(tmp_path))
+    assert_names(e, path)
+
+
+def test_mnist_label_count_mismatch(tmp_path):
+    make_mnist(tmp_path)
+    path = write_idx(tmp_path / "train-labels-idx1-ubyte", 0x801, np.zeros(59))
+    with pytest.raises(DataError, match="59 labels but .* has 60 images") as e:
+        load_dataset(mnist_cfg(tmp_path))
+    assert_names(e, path)
+
+
+def test_mnist_label_out_of_range(tmp_path):
+    make_mnist(tmp_path)
+    labels = np.zeros(20)
+    labels[7] = 10
+    path = write_idx(tmp_path / "t10k-labels-idx1-ubyte", 0x801, labels)
+    with pytest.raises(DataError, match="label 10 at index 7 is out of range 0..9") as e:
+        load_dataset(mnist_cfg(tmp_path))
+    assert_names(e, path)
+
+
+def test_mnist_test_images_of_another_size(tmp_path):
+    make_mnist(tmp_path)
+    path = write_idx(tmp_path / "t10k-images-idx3-ubyte", 0x803, np.zeros((20, 14, 14)))
+    with pytest.raises(DataError, match="14x14") as e:
+        load_dataset(mnist_cfg(tmp_path))
+    assert_names(e, path)
+
+
+# --- CIFAR-10 ---------------------------------------------------------------
+
+@pytest.mark.parametrize("subdir", ["", "cifar-10-batches-py"])
+def test_cifar_loads(tmp_path, subdir):
+    make_cifar(tmp_path / subdir)
+    d = load_dataset(cifar_cfg(tmp_path))
+    assert d.x_train.shape == (30, 3, 32, 32) and d.x_test.shape == (6, 3, 32, 32)
+    assert d.input_shape == (3, 32, 32) and d.y_train.dtype == torch.int64
+    per_channel_mean = d.x_train.mean(dim=(0, 2, 3))
+    assert torch.allclose(per_channel_mean, torch.zeros(3), atol=1e-4)
+
+
+def test_cifar_rows_are_red_green_blue_planes(tmp_path):
+    make_cifar(tmp_path)
+    data = np.zeros((6, 3072), dtype=np.uint8)
+    data[0, :1024] = 255  # image 0 all red
+    data[1, 2048:] = 255  # image 1 all blue
+    write_cifar_batch(tmp_path / "data_batch_1", data, range(6), protocol=pickle.HIGHEST_PROTOCOL)
+    x = load_dataset(cifar_cfg(tmp_path)).x_train
+    assert (x[0, 0] > x[0, 1]).all() and (x[0, 0] > x[0, 2]).all()
+    assert (x[1, 2] > x[1, 0]).all() and (x[1, 2] > x[1, 1]).all()
+
+
+@pytest.mark.parametrize("name", ["data_batch_3", "test_batch"])
+def test_cifar_missing_file(tmp_path, name):
+    make_cifar(tmp_path)
+    os.remove(tmp_path / name)
+    with pytest.raises(DataError, match="missing") as e:
+        load_dataset(cifar_cfg(tmp_path))
+    assert_names(e, tmp_path / name)
+
+
+def bad_batch(tmp_path, content):
+    make_cifar(tmp_path)
+    path = tmp_path / "data_batch_2"
+    with open(path, "wb") as fh:
+        fh.write(content if isinstance(content, bytes) else pickle.dumps(content))
+    return path
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"\x00 not a pickle", "not a CIFAR-10 python batch"),
+    (b"", "not a CIFAR-10 python batch"),
+    ([1, 2, 3], "expected a dict"),
+    ({b"images": np.zeros((6, 3072), np.uint8), b"labels": [0] * 6}, "no key b'data'"),
+    ({b"data": np.zeros((6, 3072), np.uint8)}, "no key b'labels'"),
+    ({b"data": np.zeros((6, 3071), np.uint8), b"labels": [0] * 6}, "expected uint8"),
+    ({b"data": np.zeros((6, 3072), np.float32), b"labels": [0] * 6}, "expected uint8"),
+    ({b"data": np.zeros((6, 3072), np.uint8), b"labels": [0] * 5}, "expected 6 integers"),
+    ({b"data": np.zeros((6, 3072), np.uint8), b"labels": [0, 1, 2, 3, 4, 12]},
+     "label 12 at index 5 is out of range"),
+])
+def test_cifar_bad_batch(tmp_path, content, problem):
+    path = bad_batch(tmp_path, content)
+    with pytest.raises(DataError, match=problem) as e:
+        load_dataset(cifar_cfg(tmp_path))
+    assert_names(e, path)
+
+
+class RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_cifar_pickle_cannot_run_code(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = bad_batch(tmp_path, {b"data": RunsCode(), b"labels": []})
+    with pytest.raises(DataError, match="refusing to load") as e:
+        load_dataset(cifar_cfg(tmp_path))
+    assert_names(e, path)
+    assert not (tmp_path / "pwned").exists()
+
+
+# --- worker shards ----------------------------------------------------------
+
+def numbered(n):
+    """Samples whose value is their index, so batches can be traced back."""
+    return torch.arange(n, dtype=torch.float32).reshape(n, 1), torch.arange(n)
+
+
+@pytest.mark.parametrize("workers", [1, 3, 4])
+def test_shards_are_disjoint_and_cover_the_training_set(workers):
+    x, y = numbered(103)
+    shards = [WorkerShard(x, y, w, workers, seed=5) for w in range(workers)]
+    everything = np.concatenate([s.indices for s in shards])
+    assert sorted(everything.tolist()) == list(range(103))
+    sizes = [len(s) for s in shards]
+    assert max(sizes) - min(sizes) <= 1
+    for s in shards:
+        assert s.y.tolist() == s.indices.tolist()  # the rows are the ones it owns
+
+
+def test_partition_depends_on_the_seed():
+    x, y = numbered(100)
+    a = WorkerShard(x, y, 0, 4, seed=1).indices
+    assert np.array_equal(a, WorkerShard(x, y, 0, 4, seed=1).indices)
+    assert not np.array_equal(a, WorkerShard(x, y, 0, 4, seed=2).indices)
+
+
+def test_each_epoch_is_a_new_shuffle_of_the_same_samples():
+    x, y = numbered(50)
+    shard = WorkerShard(x, y, 1, 2, seed=3)
+    _, first = shard.next_batch(len(shard))
+    assert shard.epoch == 1 and shard.position == 0
+    _, second = shard.next_batch(len(shard))
+    assert shard.epoch == 2
+    assert sorted(first.tolist()) == sorted(second.tolist()) == sorted(shard.indices.tolist())
+    assert first.tolist() != second.tolist()
+
+
+def test_order_is_reproducible_from_the_seed():
+    x, y = numbered(50)
+    stream = [WorkerShard(x, y, 0, 2, seed=s).next_batch(60)[1].tolist() for s in (4, 4, 5)]
+    assert stream[0] == stream[1] != stream[2]
+    # and differs between workers' epochs even for shards of the same size
+    other = WorkerShard(x, y, 1, 2, seed=4).next_batch(25)[1]
+    assert sorted(other.tolist()) != sorted(stream[0][:25])
+
+
+def test_next_batch_wraps_and_any_sizes_give_the_same_stream():
+    x, y = numbered(30)
+    one_by_one = WorkerShard(x, y, 0, 3, seed=0)
+    expected = torch.cat([one_by_one.next_batch(1)[1] for _ in range(75)])
+    shard = WorkerShard(x, y, 0, 3, seed=0)
+    batches = [shard.next_batch(n) for n in (7, 1, 3, 25, 2, 37)]  # 75 samples, 7.5 epochs
+    assert torch.equal(torch.cat([b[1] for b in batches]), expected)
+    assert torch.equal(torch.cat([b[0] for b in batches]).squeeze(1), expected.float())
+    assert (shard.epoch, shard.position) == (7, 5)
+
+
+def test_state_round_trip():
+    x, y = numbered(40)
+    shard = WorkerShard(x, y, 2, 3, seed=9)
+    for n in (5, 11, 9):
+        shard.next_batch(n)
+    saved = json.loads(json.dumps(shard.state()))  # plain values, checkpoint-friendly
+    expected = [shard.next_batch(n)[1] for n in (4, 13, 8)]
+    restored = WorkerShard(x, y, 2, 3, seed=9)
+    restored.load_state(saved)
+    assert (restored.epoch, restored.position) == (saved["epoch"], saved["position"])
+    assert all(torch.equal(restored.next_batch(n)[1], e) for n, e in zip((4, 13, 8), expected))
+
+
+def test_state_from_another_partition_is_refused():
+    x, y = numbered(40)
+    state = WorkerShard(x, y, 0, 3, seed=9).state()
+    with pytest.raises(ValueError, match="seed"):
+        WorkerShard(x, y, 0, 3, seed=8).load_state(state)
+    with pytest.raises(ValueError, match="worker"):
+        WorkerShard(x, y, 1, 3, seed=9).load_state(state)
+
+
+def test_shard_rejects_bad_arguments():
+    x, y = numbered(3)
+    with pytest.raises(ValueError, match="worker 3"):
+        WorkerShard(x, y, 3, 3, seed=0)
+    with pytest.raises(ValueError, match="cannot be split"):
+        WorkerShard(x, y, 0, 4, seed=0)
+    with pytest.raises(ValueError, match="batch size"):
+        WorkerShard(x, y, 0, 1, seed=0).next_batch(0)
+    assert len(WorkerShard(x, y, 0, 1, seed=-1)) == 3  # negative seeds work
+
+
+def test_iterations_per_epoch():
+    assert iterations_per_epoch(1438, 4, 16) == 359 // 16
+    assert iterations_per_epoch(103, 4, 5) == 25 // 5  # shards of 26, 26, 26, 25
+    assert iterations_per_epoch(10, 3, 100) == 1
+    with pytest.raises(ValueError):
+        iterations_per_epoch(2, 3, 1)
