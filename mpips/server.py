@@ -38,6 +38,11 @@ class Server:
 
         def ready():
             view = ctx.view()
+            if self.s == 0:
+                for slot, value, event in ctx.paradigm.server_control(view):
+                    ctx.control.write(slot, [value])
+                    if event:
+                        ctx.log.event(ctx.now(), event.pop("kind", "control"), **event)
             last["view"] = view
             last["apply"] = ctx.paradigm.server_ready(view, self.consumed)
             last["finished"] = bool(view.done.all() and (view.clocks == self.consumed).all())

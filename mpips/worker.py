@@ -9,6 +9,7 @@ import torch
 
 from .context import Context
 from .flatmodel import FlatModel
+from .compress import make_compressor
 from .hetero import Slowdown
 from .windows import W
 
@@ -38,7 +39,8 @@ class Worker:
         self.nan_at = {it for w, it in _parse_points(cfg.nan_at, "nan_at") if w == self.i}
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.dense_bytes = flat.n * 4
-        self.compressor = None  # set by paradigms that compress pushes (GSSP)
+        self.compressor = make_compressor(cfg, stream=self.i) if cfg.compressor != "none" else None
+        self._read = self._now = None  # parameters as pulled / as now (exact distance)
         # what this worker has published in its control row
         self.clock = 0
         self.push_times = [0.0, 0.0]
@@ -85,6 +87,8 @@ class Worker:
         ctx.store.pull(flat.host_params)
         flat.params_from_host()
         read_updates, read_path = view.updates, view.path_length
+        if ctx.paradigm.wants_exact_distance:
+            self._read = flat.host_params.copy()
         pull_time = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -108,8 +112,9 @@ class Worker:
 
         t = time.perf_counter()
         at_push = ctx.view()
+        distance = self._distance_moved() if ctx.paradigm.wants_exact_distance else math.nan
         decision = ctx.paradigm.push(i, at_push, batch_size=batch, read_updates=read_updates,
-                                     read_path_length=read_path)
+                                     read_path_length=read_path, distance=distance)
         grad = flat.host_grads
         if it in self.nan_at:
             grad[0] = np.nan
@@ -122,8 +127,7 @@ class Worker:
             ctx.log.event(ctx.now(), "rejected_push", worker=i, iteration=it, clock=self.clock,
                           reason="gradient contains NaN or Inf")
         else:
-            ctx.store.push(grad)
-            sent = self.dense_bytes
+            sent = self._send(grad, epoch_end=(it + 1) % ctx.iterations_per_epoch == 0)
             self.samples += batch
         push_time = time.perf_counter() - t
         self.tick(it, busy=pull_time + compute + sleep + push_time, batch=batch)
@@ -135,6 +139,30 @@ class Worker:
                     compute + sleep, sleep, push_time, batch, decision.scale, decision.lr_scale,
                     staleness, vs, vsb, sent, self.dense_bytes, loss_value, int(rejected))
 
+    def _send(self, grad: np.ndarray, *, epoch_end: bool) -> int:
+        """Push `grad`, compressed if configured; returns the payload bytes."""
+        if self.compressor is None:
+            self.ctx.store.push(grad)
+            return self.dense_bytes
+        payload = self.compressor.compress(grad)
+        if epoch_end:
+            # Error feedback: what top-k held back is sent in full once per epoch.
+            payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
+            payload = payload + self.compressor.flush()
+        if isinstance(payload, np.ndarray):
+            self.ctx.store.push(payload)
+            return self.dense_bytes
+        self.ctx.store.push_sparse(payload.indices, payload.values)
+        return int(payload.nbytes)
+
+    def _distance_moved(self) -> float:
+        """||w_now - w_read||: one extra pull, for paradigms that ask for it."""
+        if self._now is None:
+            self._now = np.empty_like(self.flat.host_params)
+        self.ctx.store.pull(self._now)
+        self._now -= self._read
+        return float(np.linalg.norm(self._now))
+
     def tick(self, it: int, *, busy: float, batch: int) -> None:
         """Publish this worker's row: the clock last, so a server that sees it
         also sees the push (already flushed) it counts."""
@@ -143,7 +171,7 @@ class Worker:
         now = ctx.now()
         self.push_times = [now, self.push_times[0]]
         done = 1.0 if it == ctx.iterations - 1 else 0.0
-        row = np.zeros(W.SAMPLES + 1)
+        row = np.zeros(W.EXTRA3 + 1)
         row[W.CLOCK] = self.clock
         row[W.PUSH_T0], row[W.PUSH_T1] = self.push_times
         row[W.ITER_TIME] = busy
@@ -153,4 +181,6 @@ class Worker:
         row[W.WAIT_TOTAL] = self.wait_total
         row[W.ELAPSED] = now
         row[W.SAMPLES] = self.samples
+        for k, v in enumerate(ctx.paradigm.extras(self.i, self.clock)):
+            row[W.EXTRA0 + k] = v
         ctx.control.write(ctx.control.worker_offset(self.i), row)

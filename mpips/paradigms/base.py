@@ -69,6 +69,7 @@ class Paradigm:
     """Base class. Subclasses override what differs from plain ASP."""
 
     name = "base"
+    wants_exact_distance = False   # the worker measures ||w_now - w_read|| for push()
 
     def __init__(self, config, num_workers: int):
         self.config = config
@@ -84,11 +85,12 @@ class Paradigm:
         return self.config.batch_size
 
     def push(self, worker: int, view: ClusterView, *, batch_size: int,
-             read_updates: int, read_path_length: float) -> Push:
+             read_updates: int, read_path_length: float, distance: float = float("nan")) -> Push:
         """Scale of the gradient about to be pushed.
 
         `read_updates` / `read_path_length` are the server's update count and
-        path length when the worker pulled the parameters it computed on.
+        path length when the worker pulled the parameters it computed on;
+        `distance` is ||w_now - w_read|| when `wants_exact_distance` is set.
         By default a push of b samples is 1/W of an update from W*b samples
         (linear scaling), so `lr` means the same under every paradigm: BSP's
         sum of W such pushes is the mean gradient, and ASP does not diverge
@@ -96,11 +98,28 @@ class Paradigm:
         """
         return Push(scale=1.0 / self.num_workers)
 
+    def extras(self, worker: int, clock: int) -> tuple[float, ...]:
+        """Up to 4 values this worker publishes in its control row
+        (EXTRA0..EXTRA3) with every tick, e.g. DSSP credits."""
+        return ()
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint must keep to resume this paradigm."""
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        pass
+
     # server side --------------------------------------------------------
     def server_ready(self, view: ClusterView, consumed: np.ndarray) -> bool:
         """Should a server apply what has arrived now? `consumed[j]` is the
         number of worker j's pushes this server already applied."""
         return bool((view.clocks > consumed).any())
+
+    def server_control(self, view: ClusterView) -> list[tuple[int, float, dict[str, Any]]]:
+        """Server 0 asks this every loop: global control slots to set, as
+        (slot, value, event-to-log) triples (e.g. Sync-Switch's mode flag)."""
+        return []
 
     def server_lr(self, base_lr: float, view: ClusterView) -> float:
         """Learning rate of the next server step (after the schedule)."""

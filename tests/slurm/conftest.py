@@ -41,6 +41,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/none
 CredType=cred/none
+# A requeued job may start again cred_expire + 1 s later (default 120 s).
+AuthInfo=cred_expire=2
 MailProg=/bin/true
 MpiDefault=none
 ProctrackType=proctrack/linuxproc

@@ -94,7 +94,9 @@ def test_usr1_is_forwarded_and_requeues(slurm, tmp_path):
         assert time.monotonic() < deadline, slurm.describe(job)
         time.sleep(0.1)
     slurm.run("scancel", "--batch", "--signal=USR1", job)
-    assert slurm.wait(job, timeout=120) == "COMPLETED", slurm.describe(job)
+    # The requeued run starts cred_expire + 1 s later: 121 s by default, 3 s
+    # on the test cluster (StartTime=now is refused: "Job credential revoked").
+    assert slurm.wait(job, timeout=60) == "COMPLETED", slurm.describe(job)
     out = _output(slurm, job)
     assert sorted(re.findall(r"^rank (\d) got USR1$", out, re.M)) == ["0", "1"], out
     assert "requeueing job" in out, out
