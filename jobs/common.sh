@@ -10,7 +10,8 @@
 #
 #   MPIPS_<FIELD>      any configuration field, upper case: MPIPS_EPOCHS=1,
 #                      MPIPS_WORKERS=2, MPIPS_SLOWDOWN=1,2, MPIPS_STALENESS=5 ...
-#                      becomes --epochs 1 --workers 2 ... (defaults: 1 server,
+#                      becomes --epochs 1 --workers 2 ..., MPIPS_NESTEROV=1|0 becomes
+#                      --nesterov|--no-nesterov (defaults: 1 server,
 #                      4 workers, 2 groups for gssp; the rest from mpips/config.py)
 #   MPIPS_CONFIG       a YAML file, passed as --config
 #   MPIPS_ARGS         extra flags, appended last (they win)
@@ -180,15 +181,16 @@ spec = importlib.util.spec_from_file_location("_mpips_config", sys.argv[1])
 mod = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = mod
 spec.loader.exec_module(mod)
-print(" ".join(f.name for f in dataclasses.fields(mod.Config)))
+print(" ".join(f.name + (":bool" if isinstance(f.default, bool) else "")
+               for f in dataclasses.fields(mod.Config)))
 EOF
-    echo "servers workers epochs batch_size lr seed staleness groups slowdown dataset"
+    echo "servers workers epochs batch_size lr seed staleness groups slowdown dataset nesterov:bool"
 }
 
 # mpips_train PARADIGM [FLAGS...]: train with PARADIGM on the ranks it needs.
 mpips_train() {
     local paradigm="$1"; shift
-    local servers workers groups n name var flag run_dir
+    local servers workers groups n name kind var flag run_dir
     local -a args=(--paradigm "$paradigm")
     servers="${MPIPS_SERVERS:-1}"
     workers="${MPIPS_WORKERS:-4}"
@@ -201,10 +203,21 @@ mpips_train() {
     fi
     [ -n "${MPIPS_CONFIG:-}" ] && args+=(--config "$MPIPS_CONFIG")
     for name in $(_mpips_fields); do
+        kind="${name#*:}"; name="${name%%:*}"
         case "$name" in paradigm|servers|workers|groups|run_dir) continue ;; esac
         var="MPIPS_${name^^}"
         flag="--${name//_/-}"
-        [ -n "${!var:-}" ] && args+=("$flag" "${!var}")
+        [ -n "${!var:-}" ] || continue
+        if [ "$kind" = bool ]; then
+            # MPIPS_NESTEROV=1 -> --nesterov, =0 -> --no-nesterov
+            case "${!var,,}" in
+                1|true|yes|on) args+=("$flag") ;;
+                0|false|no|off) args+=("--no-${name//_/-}") ;;
+                *) _mpips_err "$var=${!var}: expected 1 or 0"; return 2 ;;
+            esac
+        else
+            args+=("$flag" "${!var}")
+        fi
     done
     if [ -n "${MPIPS_RUN_DIR:-}" ]; then
         run_dir="$MPIPS_RUN_DIR"

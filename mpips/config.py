@@ -51,6 +51,7 @@ class Config:
     model: str = _f("mlp", "mlp, lenet5, resnet, or package.module:function")
     device: str = _f("cpu", "where workers compute", DEVICES)
     epochs: float = _f(5.0, "passes over each worker's shard")
+    iterations: int = _f(0, "iterations per worker; overrides epochs when > 0")
     batch_size: int = _f(16, "samples per worker per iteration")
     test_fraction: float = _f(0.2, "held-out fraction for evaluation")
     synthetic_samples: int = _f(4096, "samples of the synthetic dataset")
@@ -85,6 +86,9 @@ class Config:
     global_batch: int = _f(0, "LB-BSP: global batch X; 0 = workers x batch-size")
     predictor: str = _f("ewma", "LB-BSP speed predictor", PREDICTORS)
     batch_cap: int = _f(0, "LB-BSP: largest batch of one worker; 0 = no cap")
+    lbbsp_refine: bool = _f(False, "LB-BSP: after the first predicted split, move samples from the "
+                                   "slowest to the fastest worker by measured compute times "
+                                   "(time not linear in batch size)")
     gate: str = _f("ssp", "VSGD: gating underneath", VSGD_GATES)
     value_measure: str = _f("bound", "VSGD: value staleness measure", VALUE_MEASURES)
     vsgd_rule: str = _f("max", "VSGD: lr/max(1,v) or lr/(1+lambda*v)", VSGD_RULES)
@@ -116,6 +120,7 @@ class Config:
         _at_least(self, "servers", 1)
         _at_least(self, "workers", 0)
         _at_least(self, "batch_size", 1)
+        _at_least(self, "iterations", 0)
         _at_least(self, "staleness", 0)
         _at_least(self, "staleness_low", 0)
         _at_least(self, "group_staleness", 0)

@@ -34,6 +34,11 @@ class Context:
     iterations_per_epoch: int
     num_params: int
     extra: dict = field(default_factory=dict)
+    # GSSP gives a role one context per level of servers; the rows of `control`
+    # are then the group's workers, or (global level) the group servers.
+    epoch_pushes: int = 0            # pushes in `control` per epoch; 0 = workers x iterations
+    clients: str = "worker"          # what writes the rows of `control`
+    client_ranks: tuple[int, ...] = ()   # their world ranks; () = the workers'
 
     def now(self) -> float:
         return time.time() - self.t0
@@ -53,15 +58,15 @@ class Context:
         """'workers 2 (clock 7), 3 (clock 5, done)' for stall messages."""
         snap = self.control.read()
         rows = self.control.worker_rows(snap)
-        ranks = self.layout.worker_ranks
+        ranks = self.client_ranks or self.layout.worker_ranks
         parts = []
         for j in workers:
             extra = ", done" if rows[j, W.DONE] else ""
-            parts.append(f"worker {j} = rank {ranks[j]} (clock {int(rows[j, W.CLOCK])}{extra})")
+            parts.append(f"{self.clients} {j} = rank {ranks[j]} (clock {int(rows[j, W.CLOCK])}{extra})")
         return "; ".join(parts) if parts else "nothing (condition not met)"
 
     def epochs_of(self, pushes: int) -> float:
-        return pushes / (self.layout.workers * self.iterations_per_epoch)
+        return pushes / (self.epoch_pushes or self.layout.workers * self.iterations_per_epoch)
 
     def wait_for_servers_done(self) -> None:
         """Before the collective window frees: every server has finished."""

@@ -138,3 +138,42 @@ def make_groups(cfg, workers: int, iter_times: Sequence[float] | None = None) ->
     if len(iter_times) != workers:
         raise ValueError(f"{len(iter_times)} iteration times for {workers} workers")
     return group_by_speed(iter_times, cfg.groups, cfg.grouping)
+
+
+class GroupSpeed:
+    """A group's speed (PARADIGMS.md, GSSP): the mean over its members of an
+    EMA of each member's epoch time, `T <- 0.3*T + 0.7*T_new` (EpochTimeEMA).
+
+    Fed by the group server from its members' clocks and push times. Epoch
+    times include the waits at gates: they measure what a group achieves.
+    """
+
+    def __init__(self, members: Sequence[int], iterations_per_epoch: int):
+        from .compress import EpochTimeEMA
+
+        self.members = [int(j) for j in members]
+        self.ipe = int(iterations_per_epoch)
+        self.ema = EpochTimeEMA()
+        self.epochs = dict.fromkeys(self.members, 0)    # epochs seen complete
+        self.ends = dict.fromkeys(self.members, 0.0)    # time the last of them ended
+
+    def observe(self, clocks: np.ndarray, push_times: np.ndarray) -> None:
+        """Take the epochs completed since the last call (clocks and the
+        (latest, previous) push times of every worker, indexed by worker)."""
+        for j in self.members:
+            epoch = int(clocks[j]) // self.ipe
+            if epoch <= self.epochs[j]:
+                continue
+            # The push that ended the epoch is the latest one, or the previous
+            # one when this is seen a push late; seen later still, the latest
+            # push time is the estimate.
+            late = int(clocks[j]) - epoch * self.ipe
+            end = float(push_times[j, 1] if late == 1 else push_times[j, 0])
+            self.ema.update(j, (end - self.ends[j]) / (epoch - self.epochs[j]))
+            self.epochs[j], self.ends[j] = epoch, end
+
+    @property
+    def time(self) -> float:
+        """The group's epoch time (s), lower is faster; nan before any
+        member has finished an epoch."""
+        return self.ema.group_time(self.members)

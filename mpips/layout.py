@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .config import ConfigError
+from .grouping import parse_assignment
 
 SERVER, GROUP_SERVER, WORKER = "server", "group_server", "worker"
 
@@ -17,6 +18,12 @@ class Layout:
     @property
     def size(self) -> int:
         return self.servers + self.group_servers + self.workers
+
+    @property
+    def clients(self) -> int:
+        """Rows of the servers' control table: the ranks that push to them,
+        the workers, or under GSSP the group servers."""
+        return self.group_servers or self.workers
 
     @property
     def server_ranks(self) -> list[int]:
@@ -59,4 +66,6 @@ def make_layout(config, world_size: int) -> Layout:
                           f"(started {world_size} ranks), or be 0 to derive it")
     if group_servers > workers:
         raise ConfigError("groups", config.groups, f"must be <= workers ({workers})")
+    if group_servers and config.group_assignment:
+        parse_assignment(config.group_assignment, workers, group_servers)
     return Layout(config.servers, group_servers, workers)

@@ -5,7 +5,8 @@ Layout of a run directory (the schema is documented in docs/log-schema.md):
     run.h5          configuration, layout, versions, links to the rank files,
                     and (at the end) the final parameters and the run's status
     rank-<r>.h5     one per writing rank: tables `iterations` (workers),
-                    `applies` and `evaluations` (servers), `events` (all)
+                    `applies` and `evaluations` (servers), `events` (all),
+                    `exchanges` (GSSP group servers)
 
 Writers append rows to resizable datasets and flush every few seconds in
 SWMR mode, so a job killed at any moment leaves files that open, holding the
@@ -39,7 +40,14 @@ EVALUATION = np.dtype([
 ])
 EVENT = np.dtype([("time", "f8"), ("rank", "i4"), ("kind", h5py.string_dtype()),
                   ("data", h5py.string_dtype())])
-TABLES = {"iterations": ITERATION, "applies": APPLY, "evaluations": EVALUATION, "events": EVENT}
+# GSSP: one row per exchange of a group server with the global servers.
+EXCHANGE = np.dtype([
+    ("group", "i4"), ("time", "f8"), ("exchange", "i8"), ("pushes", "i4"), ("forwarded", "i8"),
+    ("duration", "f8"), ("synced", "i1"), ("flushed", "i1"), ("speed_rank", "i4"), ("ratio", "f4"),
+    ("bytes_sent", "i8"), ("bytes_dense", "i8"),
+])
+TABLES = {"iterations": ITERATION, "applies": APPLY, "evaluations": EVALUATION, "events": EVENT,
+          "exchanges": EXCHANGE}
 
 
 def rank_file(run_dir: str, rank: int) -> str:
@@ -157,6 +165,10 @@ class RunLog:
     @property
     def applies(self) -> np.ndarray:
         return self._tables["applies"]
+
+    @property
+    def exchanges(self) -> np.ndarray:
+        return self._tables["exchanges"]
 
     @property
     def evaluations(self) -> np.ndarray:

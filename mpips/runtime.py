@@ -12,8 +12,9 @@ from mpi4py import MPI
 from . import __version__
 from .config import Config, ConfigError
 from .context import Context
-from .data import DataError, WorkerShard, iterations_per_epoch, load_dataset
+from .data import DataError, WorkerShard, load_dataset
 from .flatmodel import FlatModel
+from .gssp import run_gssp
 from .layout import SERVER, WORKER, make_layout
 from .log import RankLog, rank_file, write_run_end, write_run_header
 from .models import build_model
@@ -81,7 +82,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
         torch.manual_seed(config.seed)
         model = build_model(config.model, data.input_shape, data.num_classes)
         paradigm = make_paradigm(config, layout.workers)
-        ipe = iterations_per_epoch(len(data.y_train), layout.workers, config.batch_size)
+        ipe = paradigm.iterations_per_epoch(len(data.y_train))
         return data, model, paradigm, ipe
 
     data, model, paradigm, ipe = _agree(comm, setup)
@@ -90,11 +91,12 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     if role != WORKER:
         device = torch.device("cpu")
     flat = FlatModel(model, device)
-    iterations = max(1, int(np.ceil(config.epochs * ipe)))
+    iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
+    paradigm.set_iterations(iterations)
 
     role_comm = comm.Split(color={SERVER: 0, WORKER: 2}.get(role, 1), key=rank)
     store = ParameterStore(comm, layout.server_ranks, flat.n)
-    control = ControlTable(comm, layout.server_ranks[0], layout.workers, layout.servers)
+    control = ControlTable(comm, layout.server_ranks[0], layout.clients, layout.servers)
     t0 = comm.bcast(time.time() if rank == 0 else None)
     comm.Barrier()  # run_dir exists before anyone opens a file in it
     log = RankLog(rank_file(run_dir, rank), rank, flush_seconds=config.log_flush_seconds)
@@ -112,31 +114,40 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
               f" | {config.model} on {config.dataset} ({flat.n} parameters) | {iterations} iterations"
               f" per worker | run {run_dir}", flush=True)
     try:
-        if role == SERVER:
-            lo, hi = store.bounds[index]
-            store.shard[:] = flat.flat_copy()[lo:hi]
-            store.publish()
-            evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if index == 0 else None
-            server = Server(ctx, evaluator)
-        elif role == WORKER:
-            shard = WorkerShard(data.x_train, data.y_train, index, layout.workers, config.seed)
-            worker = Worker(ctx, flat, shard)
-        comm.Barrier()  # parameters in place and every role ready: the clock starts
-        ctx.t0 = comm.bcast(time.time() if rank == 0 else None)
-        if role == SERVER:
-            server.run()
-            if evaluator is not None:
-                _finish(ctx, evaluator)
-        elif role == WORKER:
-            worker.run()
-            ctx.wait_for_servers_done()
-        comm.Barrier()
+        if layout.group_servers:  # GSSP: a second level of servers (mpips/gssp.py)
+            run_gssp(ctx, flat, data)
+        else:
+            run_roles(ctx, flat, data)
     finally:
         log.close()
     store.free()
     control.free()
     role_comm.Free()
     return run_dir
+
+
+def run_roles(ctx: Context, flat: FlatModel, data) -> None:
+    """Servers and workers over ctx's windows, from the start barrier to the end one."""
+    comm, role, index = ctx.comm, ctx.role, ctx.index
+    if role == SERVER:
+        lo, hi = ctx.store.bounds[index]
+        ctx.store.shard[:] = flat.flat_copy()[lo:hi]
+        ctx.store.publish()
+        evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if index == 0 else None
+        server = Server(ctx, evaluator)
+    elif role == WORKER:
+        shard = WorkerShard(data.x_train, data.y_train, index, ctx.layout.workers, ctx.config.seed)
+        worker = Worker(ctx, flat, shard)
+    comm.Barrier()  # parameters in place and every role ready: the clock starts
+    ctx.t0 = comm.bcast(time.time() if ctx.rank == 0 else None)
+    if role == SERVER:
+        server.run()
+        if evaluator is not None:
+            _finish(ctx, evaluator)
+    elif role == WORKER:
+        worker.run()
+        ctx.wait_for_servers_done()
+    comm.Barrier()
 
 
 def _finish(ctx: Context, evaluator: Evaluator) -> None:

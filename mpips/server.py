@@ -9,6 +9,7 @@ import torch
 
 from .context import Context
 from .optim import ServerOptimizer
+from .vsgd import UpdateNormEMA
 from .windows import S, W
 
 NORM_EMA_BETA = 0.9
@@ -20,10 +21,10 @@ class Server:
         self.s = ctx.index
         self.opt = ServerOptimizer(ctx.config, ctx.store.shard)
         self.grad = np.zeros_like(ctx.store.shard)
-        self.consumed = np.zeros(ctx.layout.workers, dtype=np.int64)
+        self.consumed = np.zeros(ctx.control.workers, dtype=np.int64)  # per row of the table
         self.steps = 0
         self.path = 0.0
-        self.norm_ema = 0.0
+        self.norm_ema = UpdateNormEMA(NORM_EMA_BETA)
         self.evaluator = evaluator          # server 0 evaluates
         self.next_eval = ctx.config.eval_every
         self.started = time.perf_counter()
@@ -74,14 +75,19 @@ class Server:
         momentum = ctx.paradigm.server_momentum(self.ctx.config.momentum, view)
         if momentum is not None:
             self.opt.set_momentum(momentum)
+        # Announce the step before it writes the parameters in place: a worker
+        # measuring ||w_now - w_read|| waits for it so that the path length
+        # it reads counts every step its pull may have seen (VSGD's bound).
+        ctx.control.write(ctx.control.server_offset(self.s, S.BEGUN), [self.steps + 1])
         norm = self.opt.step(self.grad, lr)
         self.consumed = target
         self.steps += 1
         self.path += norm
-        self.norm_ema = norm if self.steps == 1 else NORM_EMA_BETA * self.norm_ema + (1 - NORM_EMA_BETA) * norm
+        self.norm_ema.update(norm)
         ctx.store.publish()
         self.publish(done=False)
-        ctx.log.row("applies", self.s, ctx.now(), waited, time.perf_counter() - t, new, self.pushes,
+        # Logged by world rank: servers are ranks 0..S-1, GSSP's group servers follow.
+        ctx.log.row("applies", ctx.rank, ctx.now(), waited, time.perf_counter() - t, new, self.pushes,
                     self.steps, norm, lr, self.opt.momentum)
         if self.evaluator is not None and ctx.epochs_of(self.pushes) >= self.next_eval - 1e-9:
             self.next_eval += ctx.config.eval_every
@@ -90,13 +96,14 @@ class Server:
     def publish(self, *, done: bool) -> None:
         """This server's row: counters first, then the per-worker applied counts
         that gates read (the parameters were published before)."""
-        row = np.zeros(S.EXTRA2 + 1 + self.ctx.layout.workers)
+        row = np.zeros(len(S) + self.ctx.control.workers)
         row[S.PUSHES] = self.pushes
         row[S.STEPS] = self.steps
         row[S.PATH] = self.path
-        row[S.NORM_EMA] = self.norm_ema
+        row[S.NORM_EMA] = self.norm_ema.value
         row[S.DONE] = 1.0 if done else 0.0
-        row[S.EXTRA2 + 1:] = self.consumed
+        row[S.BEGUN] = self.steps
+        row[len(S):] = self.consumed
         self.ctx.control.write(self.ctx.control.server_offset(self.s), row)
 
 

@@ -13,7 +13,7 @@ import math
 
 from .config import VSGD_RULES, ConfigError
 
-__all__ = ["UpdateNormEMA", "value_staleness", "lr_scale"]
+__all__ = ["UpdateNormEMA", "norm_of_shards", "value_staleness", "lr_scale"]
 
 
 class UpdateNormEMA:
@@ -46,6 +46,14 @@ class UpdateNormEMA:
             self.value = self.beta * self.value + (1.0 - self.beta) * norm
         self.count += 1
         return self.value
+
+
+def norm_of_shards(norms) -> float:
+    """C of a sharded model: one update touches every server's shard, so its
+    full norm is the root of the sum of squared shard norms. (The path length
+    sums shard norms, which is >= that root: with the same C the bound stays
+    an upper bound of the exact value, loosened by at most sqrt(servers).)"""
+    return math.sqrt(sum(float(n) ** 2 for n in norms))
 
 
 def value_staleness(distance: float, c: float) -> float:

@@ -15,6 +15,9 @@ from enum import IntEnum
 import numpy as np
 from mpi4py import MPI
 
+from .paradigms.base import SLOT_MODE, SLOT_MODE_CLOCK
+from .vsgd import norm_of_shards
+
 _INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
 
 
@@ -148,18 +151,19 @@ class S(IntEnum):
     EXTRA0 = 5
     EXTRA1 = 6
     EXTRA2 = 7
+    BEGUN = 8        # steps begun: > STEPS while a step writes the parameters (VSGD exact)
 
 
 class G(IntEnum):
     """Global slots at the start of the table."""
 
-    MODE = 0         # Sync-Switch: MODE_BSP / MODE_ASP
-    MODE_CLOCK = 1   # clock at which the current mode began
+    MODE = SLOT_MODE              # Sync-Switch: MODE_BSP / MODE_ASP
+    MODE_CLOCK = SLOT_MODE_CLOCK  # clock at which MODE takes effect (-1: being decided)
     EXTRA0 = 2
     EXTRA1 = 3
 
 
-_NG, _NW, _NS = 8, 16, 8
+_NG, _NW, _NS = 8, 16, len(S)
 
 
 class ControlTable:
@@ -238,6 +242,9 @@ class ControlTable:
             done=w[:, W.DONE] > 0,
             updates=int(s[:, S.PUSHES].min()),
             mode=int(snap[G.MODE]),
+            mode_clock=int(snap[G.MODE_CLOCK]),
             path_length=float(s[:, S.PATH].sum()),
-            update_norm_ema=float(s[0, S.NORM_EMA]),
+            update_norm_ema=norm_of_shards(s[:, S.NORM_EMA]),
+            extras=w[:, W.EXTRA0:W.EXTRA3 + 1].copy(),
+            slots=(float(snap[G.EXTRA0]), float(snap[G.EXTRA1])),
         )

@@ -11,7 +11,7 @@ from .context import Context
 from .flatmodel import FlatModel
 from .compress import make_compressor
 from .hetero import Slowdown
-from .windows import W
+from .windows import S, W
 
 
 def _parse_points(text: str, field: str) -> set[tuple[int, int]]:
@@ -91,18 +91,9 @@ class Worker:
             self._read = flat.host_params.copy()
         pull_time = time.perf_counter() - t
 
-        t = time.perf_counter()
         if it in self.fail_at:
             raise RuntimeError(f"injected failure (fail_at) at worker {i} iteration {it}")
-        x, y = self.shard.next_batch(batch)
-        x, y = x.to(flat.device, non_blocking=True), y.to(flat.device, non_blocking=True)
-        flat.zero_grad()
-        loss = self.loss_fn(flat.model(x), y)
-        loss.backward()
-        flat.check_grad_views()
-        flat.grads_to_host()
-        loss_value = float(loss.detach())
-        compute = time.perf_counter() - t
+        loss_value, compute = self.compute_gradient(batch)
         for s in self.slowdown.starting(it):
             ctx.log.event(ctx.now(), "straggler", worker=i, iteration=it, iterations=s.length, factor=s.factor)
         factor = self.slowdown.factor(it)
@@ -111,8 +102,11 @@ class Worker:
             time.sleep(sleep)
 
         t = time.perf_counter()
-        at_push = ctx.view()
-        distance = self._distance_moved() if ctx.paradigm.wants_exact_distance else math.nan
+        if ctx.paradigm.wants_exact_distance:
+            distance = self._distance_moved()
+            at_push = self._view_counting_steps_seen()
+        else:
+            distance, at_push = math.nan, ctx.view()
         decision = ctx.paradigm.push(i, at_push, batch_size=batch, read_updates=read_updates,
                                      read_path_length=read_path, distance=distance)
         grad = flat.host_grads
@@ -127,9 +121,16 @@ class Worker:
             ctx.log.event(ctx.now(), "rejected_push", worker=i, iteration=it, clock=self.clock,
                           reason="gradient contains NaN or Inf")
         else:
+            if self.compressor is not None:
+                ratio = ctx.paradigm.compression(i, at_push, epoch=it // ctx.iterations_per_epoch + 1)
+                if ratio is not None:
+                    self.compressor.set_ratio(*ratio)
             sent = self._send(grad, epoch_end=(it + 1) % ctx.iterations_per_epoch == 0)
             self.samples += batch
         push_time = time.perf_counter() - t
+        event = ctx.paradigm.measured(i, clock=self.clock, batch=batch, compute=compute + sleep)
+        if event:
+            ctx.log.event(ctx.now(), event.pop("kind", "measured"), worker=i, **event)
         self.tick(it, busy=pull_time + compute + sleep + push_time, batch=batch)
 
         staleness = at_push.updates - read_updates
@@ -138,6 +139,20 @@ class Worker:
         ctx.log.row("iterations", i, it, self.clock - 1, clock_gap, start, waited, pull_time,
                     compute + sleep, sleep, push_time, batch, decision.scale, decision.lr_scale,
                     staleness, vs, vsb, sent, self.dense_bytes, loss_value, int(rejected))
+
+    def compute_gradient(self, batch: int) -> tuple[float, float]:
+        """Forward/backward on the shard's next `batch` samples into the flat
+        gradient (host side); returns (loss, seconds)."""
+        flat = self.flat
+        t = time.perf_counter()
+        x, y = self.shard.next_batch(batch)
+        x, y = x.to(flat.device, non_blocking=True), y.to(flat.device, non_blocking=True)
+        flat.zero_grad()
+        loss = self.loss_fn(flat.model(x), y)
+        loss.backward()
+        flat.check_grad_views()
+        flat.grads_to_host()
+        return float(loss.detach()), time.perf_counter() - t
 
     def _send(self, grad: np.ndarray, *, epoch_end: bool) -> int:
         """Push `grad`, compressed if configured; returns the payload bytes."""
@@ -162,6 +177,29 @@ class Worker:
         self.ctx.store.pull(self._now)
         self._now -= self._read
         return float(np.linalg.norm(self._now))
+
+    def _view_counting_steps_seen(self):
+        """A view, read after the distance pull, whose path length counts every
+        step that pull may have seen: a server raises BEGUN before a step
+        writes the parameters and publishes STEPS and PATH after, so wait for
+        the steps begun by now. The view's path is then an upper bound of the
+        distance (the pull side is safe already: the path read before a pull
+        counts only steps fully written)."""
+        ctx = self.ctx
+        begun = ctx.control.server_rows(ctx.control.read())[:, S.BEGUN].copy()
+
+        def published():
+            return bool((ctx.control.server_rows(ctx.control.read())[:, S.STEPS] >= begun).all())
+
+        def describe():
+            steps = ctx.control.server_rows(ctx.control.read())[:, S.STEPS]
+            ranks = ctx.layout.server_ranks
+            return ", ".join(f"server {s} = rank {ranks[s]} (step {int(begun[s])} begun, "
+                             f"{int(steps[s])} published)"
+                             for s in np.flatnonzero(steps < begun))
+
+        ctx.wait(published, what="servers finishing a step", describe=describe)
+        return ctx.view()  # read again: the path follows STEPS in the row's one write
 
     def tick(self, it: int, *, busy: float, batch: int) -> None:
         """Publish this worker's row: the clock last, so a server that sees it

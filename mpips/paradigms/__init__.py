@@ -9,6 +9,11 @@ REGISTRY = {
     "bsp": "bsp:BSP",
     "asp": "asp:ASP",
     "ssp": "ssp:SSP",
+    "dssp": "dssp:DSSP",
+    "vsgd": "vsgd:VSGD",
+    "lbbsp": "lbbsp:LBBSP",
+    "gssp": "gssp:GSSP",
+    "syncswitch": "syncswitch:SyncSwitch",
 }
 
 

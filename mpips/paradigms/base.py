@@ -14,6 +14,13 @@ import numpy as np
 MODE_BSP = 0
 MODE_ASP = 1
 
+# Offsets of the global control slots `server_control` may set (windows.G
+# names the same slots; it cannot be imported here, it imports mpi4py).
+SLOT_MODE = 0
+SLOT_MODE_CLOCK = 1
+SLOT_EXTRA0 = 2     # paradigm-specific (GSSP: the group's speed rank)
+SLOT_EXTRA1 = 3
+
 
 @dataclass(frozen=True)
 class ClusterView:
@@ -32,8 +39,11 @@ class ClusterView:
     done: np.ndarray           # (W,) bool: worker pushed its last iteration
     updates: int               # pushes applied by the servers (min over servers)
     mode: int = MODE_BSP       # MODE_BSP or MODE_ASP (Sync-Switch)
+    mode_clock: int = 0        # clock at which `mode` takes effect (-1: being decided)
     path_length: float = 0.0   # sum of norms of applied updates (VSGD bound)
-    update_norm_ema: float = 0.0
+    update_norm_ema: float = 0.0   # EMA of one full update's norm (servers' root-sum-square)
+    extras: np.ndarray | None = None  # (W, 4) float: what each worker's extras() published
+    slots: tuple[float, float] = (0.0, 0.0)  # the global slots SLOT_EXTRA0, SLOT_EXTRA1
 
     @property
     def num_workers(self) -> int:
@@ -74,6 +84,12 @@ class Paradigm:
     def __init__(self, config, num_workers: int):
         self.config = config
         self.num_workers = num_workers
+        self.iterations = 0   # per worker; set by the runtime before the first gate
+
+    def set_iterations(self, iterations: int) -> None:
+        """The run's iterations per worker, known once the data is loaded
+        (e.g. Sync-Switch's sample budget = workers x iterations x batch)."""
+        self.iterations = iterations
 
     # worker side --------------------------------------------------------
     def gate(self, worker: int, view: ClusterView) -> Gate:
@@ -83,6 +99,12 @@ class Paradigm:
     def batch_size(self, worker: int, view: ClusterView) -> int:
         """Samples in this worker's next batch."""
         return self.config.batch_size
+
+    def iterations_per_epoch(self, num_train: int) -> int:
+        """Iterations of each worker per pass over the training set."""
+        from ..data import iterations_per_epoch
+
+        return iterations_per_epoch(num_train, self.num_workers, self.config.batch_size)
 
     def push(self, worker: int, view: ClusterView, *, batch_size: int,
              read_updates: int, read_path_length: float, distance: float = float("nan")) -> Push:
@@ -100,8 +122,21 @@ class Paradigm:
 
     def extras(self, worker: int, clock: int) -> tuple[float, ...]:
         """Up to 4 values this worker publishes in its control row
-        (EXTRA0..EXTRA3) with every tick, e.g. DSSP credits."""
+        (EXTRA0..EXTRA3) with every tick, e.g. DSSP credits; every worker
+        reads them back as `ClusterView.extras`."""
         return ()
+
+    def compression(self, worker: int, view: ClusterView, *, epoch: int) -> tuple[float, float] | None:
+        """(ratio, rho) of this worker's compressor for its pushes in `epoch`
+        (1-based), e.g. GSSP's per-group GDTopK schedule; None keeps the
+        compressor's own."""
+        return None
+
+    def measured(self, worker: int, *, clock: int, batch: int, compute: float) -> dict[str, Any] | None:
+        """The worker computed iteration `clock` (0-based) on `batch` samples in
+        `compute` seconds (forward/backward plus emulated slowdown), just
+        before its tick; returns an event to log (with "kind"), or None."""
+        return None
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint must keep to resume this paradigm."""

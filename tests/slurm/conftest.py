@@ -42,7 +42,7 @@ SlurmdUser=root
 AuthType=auth/none
 CredType=cred/none
 # A requeued job may start again cred_expire + 1 s later (default 120 s).
-AuthInfo=cred_expire=2
+AuthInfo=cred_expire=5
 MailProg=/bin/true
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
@@ -55,6 +55,11 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
 StateSaveLocation={d}/state
 SlurmdSpoolDir={d}/spool
+# Private TmpFS and job ids of their own: Slurm's pmix plugin names its
+# directory TmpFS/spmix_appdir_UID_JOB.STEP, so two test clusters on one
+# machine (job 2 in both) broke each other's `srun --mpi=pmix`.
+TmpFS={d}/tmp
+FirstJobId={first_job_id}
 SlurmctldPidFile={d}/run/slurmctld.pid
 SlurmdPidFile={d}/run/slurmd.pid
 SlurmctldLogFile={d}/log/slurmctld.log
@@ -130,8 +135,8 @@ class SlurmCluster:
         self.root = root.resolve()
         self.node = node
         self.cpus = cpus
-        self.conf = root / "slurm.conf"
-        self.log_dir = root / "log"
+        self.conf = self.root / "slurm.conf"
+        self.log_dir = self.root / "log"
         self.procs: dict[str, subprocess.Popen] = {}
         self.submitted: list[str] = []
         path = os.environ.get("PATH", "") + os.pathsep + os.pathsep.join(SBIN_PATHS)
@@ -140,11 +145,12 @@ class SlurmCluster:
 
     # -- lifecycle -----------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
-        for sub in ("state", "spool", "run", "log"):
+        for sub in ("state", "spool", "run", "log", "tmp"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         ctld_port, slurmd_port = _free_ports(2)
         self.conf.write_text(CONF.format(node=self.node, d=self.root, cpus=self.cpus,
-                                         ctld_port=ctld_port, slurmd_port=slurmd_port))
+                                         ctld_port=ctld_port, slurmd_port=slurmd_port,
+                                         first_job_id=ctld_port * 1000))
         env = self._env()
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-c", "-f", str(self.conf)], env)
         self._spawn("slurmd", [_which("slurmd"), "-D", "-f", str(self.conf), "-N", self.node], env)

@@ -4,8 +4,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
+import glob
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -47,7 +49,10 @@ def test_srun_launcher_or_fallback(slurm, tmp_path):
     assert slurm.wait(job, timeout=60) == "COMPLETED", slurm.describe(job)
     out = _output(slurm, job)
     assert sorted(re.findall(r"^rank (\d) of 2$", out, re.M)) == ["0", "1"], out
-    if any(p.startswith("pmix") for p in slurm.srun_mpi_plugins()):
+    # Debian lists mpi/pmix even without the library it dlopens (libpmix-dev
+    # has it; the fixture installs it along with Slurm).
+    if (any(p.startswith("pmix") for p in slurm.srun_mpi_plugins())
+            and glob.glob("/usr/lib/*/pmix2/lib/libpmix.so")):
         assert "launcher: srun --mpi=pmix" in out, out
     else:
         assert "no working pmix/pmi2 plugin" in out and "launcher: mpirun" in out, out
@@ -94,7 +99,7 @@ def test_usr1_is_forwarded_and_requeues(slurm, tmp_path):
         assert time.monotonic() < deadline, slurm.describe(job)
         time.sleep(0.1)
     slurm.run("scancel", "--batch", "--signal=USR1", job)
-    # The requeued run starts cred_expire + 1 s later: 121 s by default, 3 s
+    # The requeued run starts cred_expire + 1 s later: 121 s by default, 6 s
     # on the test cluster (StartTime=now is refused: "Job credential revoked").
     assert slurm.wait(job, timeout=60) == "COMPLETED", slurm.describe(job)
     out = _output(slurm, job)
@@ -102,6 +107,46 @@ def test_usr1_is_forwarded_and_requeues(slurm, tmp_path):
     assert "requeueing job" in out, out
     assert sorted(re.findall(r"^rank (\d) resumed$", out, re.M)) == ["0", "1"], out
     assert slurm.job_info(job)["Restarts"] == "1"
+
+
+FAKE_MAIN = """\
+import json, sys
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+if c.Get_rank() == 0:
+    print("ARGV " + json.dumps(sys.argv[1:]), flush=True)
+print(f"rank {c.Get_rank()} of {c.Get_size()}", flush=True)
+"""
+
+
+def test_ssp_script_builds_the_command(slurm, tmp_path):
+    """jobs/ssp.slurm in a copy of the repository whose `python -m mpips`
+    only prints its arguments: submitted from elsewhere by path, as a user
+    would, so the script must find the repository through Slurm."""
+    fake = tmp_path / "repo"
+    (fake / "jobs").mkdir(parents=True)
+    (fake / "mpips").mkdir()
+    for name in ("common.sh", "ssp.slurm"):
+        shutil.copy(REPO / "jobs" / name, fake / "jobs" / name)
+    shutil.copy(REPO / "mpips" / "config.py", fake / "mpips" / "config.py")
+    (fake / "mpips" / "__main__.py").write_text(FAKE_MAIN)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"MPIPS_EPOCHS": "1", "MPIPS_WORKERS": "2", "MPIPS_SLOWDOWN": "1,2",
+           "MPIPS_NESTEROV": "1", "MPIPS_ARGS": "--lr 0.1", "MPIPS_VENV": REPO / ".venv"}
+    job = slurm.submit(fake / "jobs" / "ssp.slurm", env=env, args=["--ntasks=3"],
+                       cwd=elsewhere)
+    assert slurm.wait(job, timeout=60) == "COMPLETED", slurm.describe(job)
+    assert slurm.job_info(job)["StdOut"] == str(elsewhere / f"slurm-mpips-ssp-{job}.out")
+    out = _output(slurm, job)
+    assert sorted(re.findall(r"^rank (\d) of 3$", out, re.M)) == ["0", "1", "2"], out
+    argv = json.loads(re.search(r"^ARGV (.*)$", out, re.M).group(1))
+    assert argv[0] == "train" and "--nesterov" in argv, argv
+    argv.remove("--nesterov")
+    flags = dict(zip(argv[1::2], argv[2::2]))
+    assert flags == {"--paradigm": "ssp", "--servers": "1", "--workers": "2",
+                     "--epochs": "1", "--slowdown": "1,2", "--lr": "0.1",
+                     "--run-dir": str(fake / "runs" / job)}, argv
 
 
 @pytest.mark.skipif(not (REPO / "mpips" / "cli.py").exists(),

@@ -1,0 +1,1 @@
+"""Post-hoc analysis of run logs: `summarize.py` (tables) and `plot.py` (figures)."""

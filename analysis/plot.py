@@ -1,0 +1,374 @@
+"""Figures over run logs (PNG, matplotlib's Agg backend).
+
+    python analysis/plot.py runs/* -o figures/
+    python analysis/plot.py runs/ssp -o figures/ --window 2:4    # timeline of seconds 2..4
+
+Writes into the output directory:
+  accuracy.png          accuracy and loss versus wall-clock time, every run
+                        overlaid, one column per emulated cluster
+  staleness.png         iteration-staleness histogram of every run
+  timeline-RUN.png      per worker: wait, pull, compute, emulated slowdown, push
+  dynamics-RUN.png      what the paradigm decided over time, where the log has
+                        it: DSSP's r*, Sync-Switch's mode, LB-BSP's batch sizes,
+                        VSGD's learning-rate scales, the servers' lr and
+                        momentum, GSSP's groups and exchanges, other events
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections import defaultdict
+
+# Run from a checkout, installed or not, this script reads that checkout's mpips.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from analysis.summarize import find_runs, heterogeneity  # noqa: E402
+from mpips.config import PARADIGMS  # noqa: E402
+from mpips.log import RunLog  # noqa: E402
+from mpips.paradigms.base import MODE_ASP, MODE_BSP  # noqa: E402
+
+DPI = 110
+# One colour per paradigm, the same in every figure.
+PARADIGM_COLOURS = dict(zip(PARADIGMS, plt.get_cmap("tab10").colors))
+# Timeline segments in the order an iteration runs them.
+SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
+            ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated slowdown"),
+            ("push", "#ff7f0e", "push")]
+# Events every run has; they alone do not make a dynamics figure worth drawing.
+COMMON_EVENTS = {"slowdown", "straggler", "rejected_push"}
+TIMELINE_ITERATIONS = 40   # default timeline window: this many iterations of the slowest worker
+
+
+def colour(paradigm: str):
+    return PARADIGM_COLOURS.get(paradigm, "black")
+
+
+def _save(fig, path: str) -> str:
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+# accuracy and loss versus time ----------------------------------------------
+def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) -> str:
+    """Accuracy (top) and loss (bottom) versus wall-clock seconds, one column
+    per emulated cluster, one colour per paradigm (seeds share it)."""
+    clusters: dict[str, list[RunLog]] = defaultdict(list)
+    for log in logs:
+        clusters[heterogeneity(log.config)].append(log)
+    fig, axes = plt.subplots(2, len(clusters), figsize=(6.5 * len(clusters), 7.5),
+                             sharex="col", squeeze=False)
+    for col, (cluster, members) in enumerate(clusters.items()):
+        acc, loss = axes[0, col], axes[1, col]
+        labelled = set()
+        for log in members:
+            ev = log.evaluations
+            if not len(ev):
+                continue
+            label = log.paradigm if log.paradigm not in labelled else None
+            labelled.add(log.paradigm)
+            style = dict(color=colour(log.paradigm), lw=1.6, marker="o", ms=2.5, alpha=0.9, label=label)
+            acc.plot(ev["time"], ev["accuracy"], **style)
+            loss.plot(ev["time"], ev["loss"], **style)
+        if target is not None:
+            acc.axhline(target, color="black", ls="--", lw=0.8)
+            acc.set_ylim(max(0.0, target - 0.3), 1.0)
+        acc.set_title(cluster, fontsize=10)
+        acc.set_ylabel("test accuracy")
+        loss.set_ylabel("test loss")
+        loss.set_yscale("log")
+        loss.set_xlabel("wall-clock time (s)")
+        for ax in (acc, loss):
+            ax.grid(alpha=0.3)
+        acc.legend(fontsize=8, loc="lower right", ncol=2)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# per-worker timeline ------------------------------------------------------
+def _ends(rows: np.ndarray) -> np.ndarray:
+    return rows["start"] + rows["wait"] + rows["pull"] + rows["compute"] + rows["push"]
+
+
+def default_window(log: RunLog) -> tuple[float, float]:
+    """About TIMELINE_ITERATIONS iterations of the slowest worker, short
+    enough that single iterations stay visible: from just before the first
+    transient straggler, or else from a third of the run (past the warm-up)."""
+    it = log.iterations
+    ends = _ends(it)
+    period = max(ends[it["worker"] == w].max() / (it["worker"] == w).sum() for w in np.unique(it["worker"]))
+    width = min(float(ends.max()), TIMELINE_ITERATIONS * period)
+    stragglers = log.events("straggler")
+    lo = stragglers[0]["time"] - 0.2 * width if stragglers else ends.max() / 3
+    lo = float(np.clip(lo, 0.0, ends.max() - width))
+    return lo, lo + width
+
+
+def _draw_timeline(ax, log: RunLog, lo: float, hi: float) -> None:
+    it = log.iterations
+    workers = sorted(int(w) for w in np.unique(it["worker"]))
+    factors = [float(x) for x in log.config["slowdown"].split(",")] if log.config.get("slowdown") else []
+    for w in workers:
+        rows = it[it["worker"] == w]
+        t = rows["start"].copy()
+        spans = {"wait": rows["wait"], "pull": rows["pull"],
+                 "work": rows["compute"] - rows["slowdown"], "slowdown": rows["slowdown"],
+                 "push": rows["push"]}
+        for key, fill, _ in SEGMENTS:
+            keep = (t + spans[key] >= lo) & (t <= hi)
+            ax.broken_barh(list(zip(t[keep], spans[key][keep])), (w - 0.35, 0.7), facecolors=fill)
+            t = t + spans[key]
+        for s in log.events("straggler"):
+            covered = rows[(rows["iteration"] >= s["iteration"])
+                           & (rows["iteration"] < s["iteration"] + s["iterations"])]
+            if s.get("worker") != w or not len(covered):
+                continue
+            first, last = float(covered["start"][0]), float(_ends(covered)[-1])
+            ax.add_patch(plt.Rectangle((first, w - 0.5), last - first, 1.0, color="red", alpha=0.12, lw=0))
+            if first < hi and last > lo:
+                ax.text(max(first, lo), w - 0.37, f" straggler x{s['factor']:g}", color="red",
+                        fontsize=7, va="bottom", clip_on=True)
+    for e in _mode_events(log):
+        if lo <= e["time"] <= hi:
+            ax.axvline(e["time"], color="purple", lw=1.2)
+            ax.text(e["time"], -0.45, f" {e['mode_name']}", color="purple", fontsize=7, va="top")
+    ax.set_yticks(workers)
+    ax.set_yticklabels([f"worker {w}" + (f" (x{factors[w]:g})" if w < len(factors) else "") for w in workers])
+    ax.set_ylim(len(workers) - 0.5, -0.5)
+    ax.set_xlim(lo, hi)
+
+
+def timeline_figure(log: RunLog, path: str, window: tuple[float, float] | None = None) -> str:
+    """Gantt chart, one row per worker, each iteration split into wait, pull,
+    compute, emulated slowdown and push; transient stragglers shaded red.
+    Top: the whole run; bottom: a window where single iterations show."""
+    it = log.iterations
+    lo, hi = window or default_window(log)
+    rows = len(np.unique(it["worker"]))
+    fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 2.2 + 1.3 * rows))
+    _draw_timeline(whole, log, 0.0, float(_ends(it).max()))
+    whole.axvspan(lo, hi, color="black", alpha=0.08, lw=0)
+    whole.set_title(f"{log.name}: {log.paradigm}, {heterogeneity(log.config)} (whole run; "
+                    f"shaded: the window below)", fontsize=10)
+    _draw_timeline(zoom, log, lo, hi)
+    zoom.set_title(f"{lo:.2f} s to {hi:.2f} s", fontsize=9)
+    zoom.set_xlabel("wall-clock time (s)")
+    zoom.legend(handles=[Patch(color=c, label=lab) for _, c, lab in SEGMENTS]
+                + [Patch(facecolor="white", edgecolor="grey", label="untimed (tick, logging, scheduling)"),
+                   Patch(color="red", alpha=0.12, label="transient straggler")],
+                ncol=len(SEGMENTS) + 2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# staleness histograms -------------------------------------------------------
+def staleness_figure(logs: list[RunLog], path: str) -> str:
+    """Per run: how many updates each push missed (iteration staleness), and
+    value staleness where the paradigm measured it. The x axis stops at the
+    99.5th percentile (at least 5); the text gives the maximum."""
+    cols = min(4, len(logs))
+    nrows = math.ceil(len(logs) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.8 * nrows), squeeze=False)
+    for ax, log in zip(axes.flat, logs):
+        it = log.iterations
+        s = it["staleness"]
+        ax.set_title(f"{log.name} ({log.paradigm})", fontsize=9)
+        if not len(s):
+            continue
+        top = max(5, int(np.ceil(np.percentile(s, 99.5))))
+        bins = np.arange(top + 2) - 0.5
+        ax.hist(np.minimum(s, top), bins=bins, color=colour(log.paradigm), alpha=0.8, label="iteration")
+        v = it["value_staleness"][np.isfinite(it["value_staleness"])]
+        if len(v):
+            ax.hist(np.minimum(v, top), bins=bins, histtype="step", color="black", label="value")
+            ax.legend(fontsize=7, loc="center right")
+        ax.set_yscale("log")
+        ax.set_xlim(bins[0], bins[-1])
+        ax.text(0.97, 0.95, f"mean {s.mean():.2f}\nmax {s.max()}", transform=ax.transAxes,
+                ha="right", va="top", fontsize=8)
+        ax.set_xlabel(f"staleness (updates; last bin: >= {top})", fontsize=8)
+        ax.tick_params(labelsize=8)
+    for ax in list(axes.flat)[len(logs):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# paradigm dynamics ----------------------------------------------------------
+def _mode_events(log: RunLog) -> list[dict]:
+    """Sync-Switch's switches: events with a 'mode' field or a kind naming a
+    switch, each given a printable `mode_name`."""
+    out = []
+    for e in log.events():
+        if "mode" in e or "switch" in e["kind"]:
+            mode = e.get("mode", e.get("to", e["kind"]))
+            if mode in (MODE_BSP, MODE_ASP):   # the control window's numeric flag
+                mode = "BSP" if mode == MODE_BSP else "ASP"
+            out.append({**e, "mode_name": str(mode).upper()})
+    return out
+
+
+def _varies(values: np.ndarray) -> bool:
+    values = values[np.isfinite(values)]
+    return len(values) > 1 and float(values.min()) != float(values.max())
+
+
+def dynamics_panels(log: RunLog) -> list:
+    """The panels this run's log can fill, as (title, draw(ax)) pairs; empty
+    when the paradigm logged nothing beyond what every run has."""
+    it, ap, events = log.iterations, log.applies, log.events()
+    workers = sorted(int(w) for w in np.unique(it["worker"]))
+    panels = []
+
+    r_star = [e for e in events if "r_star" in e]
+    if r_star:
+        def draw(ax):
+            t = [e["time"] for e in r_star]
+            ax.scatter(t, [e["r_star"] for e in r_star], s=8, color=colour("dssp"), label="r*")
+            if all("gap" in e for e in r_star):
+                ax.plot(t, [e["gap"] for e in r_star], color="grey", lw=0.8, label="clock gap at the call")
+            ax.set_ylabel("iterations")
+            ax.legend(fontsize=7, loc="upper right")
+        panels.append(("DSSP controller: extra iterations r* granted to the fastest worker", draw))
+
+    modes = _mode_events(log)
+    if modes:
+        def draw(ax):
+            names = list(dict.fromkeys(["BSP", "ASP"] + [e["mode_name"] for e in modes]))
+            t = [0.0] + [e["time"] for e in modes] + [float(it["start"].max()) if len(it) else 0.0]
+            y = [names.index("BSP")] + [names.index(e["mode_name"]) for e in modes]
+            ax.step(t, y + y[-1:], where="post", color=colour("syncswitch"))
+            for e in modes:
+                if "reason" in e:
+                    ax.annotate(str(e["reason"]), (e["time"], names.index(e["mode_name"])), fontsize=7,
+                                xytext=(3, 3), textcoords="offset points")
+            ax.set_yticks(range(len(names)))
+            ax.set_yticklabels(names)
+            ax.set_ylim(-0.5, len(names) - 0.5)
+        panels.append(("synchronization mode", draw))
+
+    if _varies(ap["lr"].astype(float)) or _varies(ap["momentum"].astype(float)):
+        def draw(ax):
+            s0 = ap[ap["server"] == 0]
+            ax.plot(s0["time"], s0["lr"], color="black", lw=1, label="learning rate")
+            ax.set_ylabel("lr")
+            twin = ax.twinx()
+            twin.plot(s0["time"], s0["momentum"], color="tab:red", lw=1, label="momentum")
+            twin.set_ylabel("momentum", color="tab:red")
+            ax.legend(fontsize=7, loc="upper left")
+        panels.append(("server optimizer (server 0)", draw))
+
+    if _varies(it["batch"].astype(float)):
+        def draw(ax):
+            for w in workers:
+                rows = it[it["worker"] == w]
+                ax.plot(rows["start"], rows["batch"], lw=1, label=f"worker {w}")
+            ax.set_ylabel("samples")
+            ax.legend(fontsize=7, ncol=len(workers), loc="upper right")
+        panels.append(("batch size per worker", draw))
+
+    if _varies(it["lr_scale"].astype(float)):
+        def draw(ax):
+            for w in workers:
+                rows = it[it["worker"] == w]
+                ax.scatter(rows["start"], rows["lr_scale"], s=4, label=f"worker {w}")
+            ax.set_ylabel("lr scale")
+            ax.legend(fontsize=7, ncol=len(workers), loc="lower right", markerscale=3)
+        panels.append(("learning-rate scale of each push", draw))
+
+    if np.isfinite(it["value_staleness"]).any():
+        def draw(ax):
+            for w in workers:
+                rows = it[it["worker"] == w]
+                ax.scatter(rows["start"], rows["value_staleness"], s=4, label=f"worker {w}")
+            ax.set_ylabel("value staleness")
+            ax.legend(fontsize=7, ncol=len(workers), loc="upper right", markerscale=3)
+        panels.append(("value staleness of each push (in average updates)", draw))
+
+    groups = [e for e in events if "group" in e["kind"] and "groups" in e]
+    kinds = list(dict.fromkeys(e["kind"] for e in events if e["kind"] not in COMMON_EVENTS and "r_star" not in e))
+    if kinds:
+        def draw(ax):
+            for row, kind in enumerate(kinds):
+                t = [e["time"] for e in events if e["kind"] == kind]
+                ax.plot(t, [row] * len(t), "|", ms=10, color="black")
+            ax.set_yticks(range(len(kinds)))
+            ax.set_yticklabels([f"{k} ({sum(e['kind'] == k for e in events)})" for k in kinds], fontsize=8)
+            ax.set_ylim(len(kinds) - 0.5, -0.5)
+            if groups:
+                ax.text(0.01, 0.02, f"groups: {groups[-1]['groups']}", transform=ax.transAxes, fontsize=8)
+        panels.append(("events logged by the paradigm (count)", draw))
+    return panels
+
+
+def dynamics_figure(log: RunLog, path: str) -> str | None:
+    """The paradigm's decisions over time; None (no file) when there are none."""
+    panels = dynamics_panels(log)
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 0.6 + 2.2 * len(panels)), sharex=True,
+                             squeeze=False)
+    for ax, (title, draw) in zip(axes[:, 0], panels):
+        draw(ax)
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("wall-clock time (s)")
+    fig.suptitle(f"{log.name}: {log.paradigm}, {heterogeneity(log.config)}", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# all of it ------------------------------------------------------------------
+def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
+              window: tuple[float, float] | None = None) -> list[str]:
+    """Every figure for these runs into out_dir; returns the files written."""
+    os.makedirs(out_dir, exist_ok=True)
+    logs = [RunLog(d) for d in run_dirs]
+    written = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
+               staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
+    for log in logs:
+        if len(log.iterations):
+            written.append(timeline_figure(log, os.path.join(out_dir, f"timeline-{log.name}.png"), window))
+        written.append(dynamics_figure(log, os.path.join(out_dir, f"dynamics-{log.name}.png")))
+    return [p for p in written if p]
+
+
+def _window(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError("START:END in seconds, e.g. 2:4") from None
+    if not hi > lo:
+        raise argparse.ArgumentTypeError("END must be after START")
+    return lo, hi
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="where the PNG files go")
+    p.add_argument("--target", type=float, default=0.9, help="accuracy line drawn on the accuracy plot")
+    p.add_argument("--window", type=_window, metavar="START:END",
+                   help="timeline window in seconds (default: the first ~40 iterations of the slowest worker)")
+    args = p.parse_args(argv)
+    try:
+        runs = find_runs(args.runs)
+    except FileNotFoundError as e:
+        print(f"plot: {e}", file=sys.stderr)
+        return 2
+    for path in plot_runs(runs, args.out, target=args.target, window=args.window):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Data plane: pull and push of a flat model through mpips' ParameterStore,
+beside np.copyto and raw mpi4py Win.Get / Win.Accumulate of the same size.
+
+    python benchmarks/data_plane.py        # runs 1 server + 1 worker, then + 4 workers
+
+Rank 0 is the server, every other rank a worker. Each repetition runs every
+method once (workers start together after a barrier) and keeps the slowest
+worker's time, so with 4 workers the numbers are for 4 concurrent transfers.
+The goal: pull + push moves bytes at >= 0.85 of np.copyto's bandwidth.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from common import quiet_barrier, run_inner, stats, table, write_results
+
+SIZES_MIB = (1, 16, 64)
+WORKERS = (1, 4)
+GOAL = 0.85
+
+
+def _repetitions(size_mib: int) -> int:
+    return max(10, int(100 / size_mib ** 0.5))
+
+
+def measure(comm, size_mib: int) -> dict:
+    """Times of every method for a model of size_mib MiB (on rank 0: the results)."""
+    from mpi4py import MPI
+
+    from mpips.windows import ParameterStore, _allocate
+
+    rank = comm.Get_rank()
+    server = rank == 0
+    n = size_mib * 2**20 // 4
+    store = ParameterStore(comm, [0], n)
+    raw_win, raw_mem = _allocate(comm, n if server else 0, np.float32)  # the same kind of window
+    raw_win.Lock_all()
+    rng = np.random.default_rng(rank)
+    if server:
+        store.shard[:] = rng.random(n, dtype=np.float32)
+        raw_mem[:] = store.shard
+        store.publish()
+    src = rng.random(n, dtype=np.float32)
+    dst = np.empty(n, np.float32)
+    grad = np.full(n, 1e-6, np.float32)
+    whole = (0, n, MPI.FLOAT)
+
+    def raw_get():
+        raw_win.Get([dst, MPI.FLOAT], 0, whole)
+        raw_win.Flush(0)
+
+    def raw_accumulate():
+        raw_win.Accumulate([grad, MPI.FLOAT], 0, whole, MPI.SUM)
+        raw_win.Flush(0)
+
+    # (name, function, who measures); the server's take_gradient moves what was pushed.
+    methods = [
+        ("np.copyto", lambda: np.copyto(dst, src), "workers"),
+        ("Win.Get", raw_get, "workers"),
+        ("mpips pull", lambda: store.pull(dst), "workers"),
+        ("Win.Accumulate", raw_accumulate, "workers"),
+        ("mpips push", lambda: store.push(grad), "workers"),
+        ("server np.copyto", lambda: np.copyto(dst, src), "server"),
+        ("server take_gradient", lambda: store.take_gradient(dst), "server"),
+    ]
+    reps = _repetitions(size_mib)
+    warmup = 2
+    times = {name: [] for name, _, _ in methods}
+    for rep in range(warmup + reps):
+        for name, fn, who in methods:
+            quiet_barrier(comm)
+            dt = float("nan")
+            if (who == "server") == server:
+                t = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - t
+            slowest = comm.reduce(0.0 if np.isnan(dt) else dt, op=MPI.MAX, root=0)
+            if server and rep >= warmup:
+                times[name].append(slowest)
+    raw_win.Unlock_all()
+    raw_win.Free()
+    store.free()
+    if not server:
+        return {}
+    movers = {"workers": comm.Get_size() - 1, "server": 1}
+    out = {}
+    for name, _, who in methods:
+        s = stats(times[name])
+        s["gb_per_s"] = movers[who] * n * 4 / (s["median_us"] * 1e-6) / 1e9
+        out[name] = s
+    return out
+
+
+def inner(path: str) -> None:
+    from mpi4py import MPI
+
+    import torch
+
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    results = {str(size): measure(comm, size) for size in SIZES_MIB}
+    if comm.Get_rank() == 0:
+        with open(path, "w") as fh:
+            json.dump(results, fh)
+
+
+def ratios(r: dict) -> dict:
+    """The goal ratio and the framework's cost over raw MPI, from medians."""
+    m = {k: v["median_us"] for k, v in r.items()}
+    return {
+        "pull_push_vs_copyto": 2 * m["np.copyto"] / (m["mpips pull"] + m["mpips push"]),
+        "pull_vs_get": m["Win.Get"] / m["mpips pull"],
+        "push_vs_accumulate": m["Win.Accumulate"] / m["mpips push"],
+        "take_vs_copyto": m["server np.copyto"] / m["server take_gradient"],
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--inner", metavar="JSON", help=argparse.SUPPRESS)  # a rank of the MPI job
+    args = p.parse_args()
+    if args.inner:
+        return inner(args.inner)
+    runs = {str(w): run_inner(__file__, w + 1) for w in WORKERS}
+    names = list(next(iter(next(iter(runs.values())).values())))
+    rows, goal_rows, summary = [], [], {}
+    for w, by_size in runs.items():
+        for size, r in by_size.items():
+            q = ratios(r)
+            summary[f"{w}w_{size}MiB"] = q
+            for name in names:
+                rows.append([f"1+{w}", f"{size} MiB", name, r[name]["median_us"], r[name]["p99_us"],
+                             r[name]["gb_per_s"]])
+            goal_rows.append([f"1+{w}", f"{size} MiB", q["pull_push_vs_copyto"],
+                              "met" if q["pull_push_vs_copyto"] >= GOAL else "not met",
+                              q["pull_vs_get"], q["push_vs_accumulate"], q["take_vs_copyto"]])
+    md = ("Bandwidth counts the bytes all measuring ranks moved (workers: 1 or 4 concurrent "
+          "transfers; server: one).\n\n"
+          + table(["server+workers", "model", "method", "median us", "p99 us", "GB/s"], rows)
+          + f"\n\n## Ratios (goal: mpips pull+push >= {GOAL} of np.copyto)\n\n"
+          "`pull+push / copyto` = 2 x copyto time / (pull + push time); the others are raw MPI "
+          "time / mpips time (1 = no framework cost).\n\n"
+          + table(["server+workers", "model", "pull+push / copyto", "goal", "pull / Win.Get",
+                   "push / Win.Accumulate", "take_gradient / copyto (server)"], goal_rows))
+    write_results("data_plane", {"goal": GOAL, "runs": runs, "ratios": summary}, md)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Framework overhead: mpips with 1 server + 1 worker (BSP) against a plain
+PyTorch loop over the same batches with the same optimizer, and where one
+mpips iteration's time goes.
+
+    python benchmarks/overhead.py
+
+A plain loop does per iteration: next batch, forward, backward, optimizer
+step. mpips does: gate (for BSP with one worker: wait until the server has
+applied the previous push, which includes the server's optimizer step),
+pull, next batch + forward + backward, push, tick (publish the control row),
+log a row. The jobs and the plain loops alternate, ROUNDS times, and the
+ratio is of medians of per-iteration times (consecutive starts). Goal: <= 1.02.
+
+The profile splits mpips' iteration with the log's own columns (wait, pull,
+compute, push), the server's applies table (its step, and how late it noticed
+the push) and a small MPI job timing the tick and the log row directly.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from common import mpiexec, quiet_barrier, run_inner, stats, table, write_results
+
+MODEL = "lenet5"
+EPOCHS = 2          # 178 iterations of 16 digits
+ROUNDS = 3
+SEED = 0
+GOAL = 1.02
+MICRO_REPS = 3000
+
+
+def plain_loop(iterations: int) -> dict:
+    """The same model, batches and optimizer as an mpips 1-worker job, in one process."""
+    import torch
+
+    from mpips.config import Config
+    from mpips.data import WorkerShard, load_dataset
+    from mpips.models import build_model
+
+    cfg = Config(paradigm="bsp", model=MODEL, seed=SEED)
+    torch.set_num_threads(cfg.torch_threads)
+    data = load_dataset(cfg)
+    torch.manual_seed(cfg.seed)
+    model = build_model(MODEL, data.input_shape, data.num_classes)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                          weight_decay=cfg.weight_decay)
+    shard = WorkerShard(data.x_train, data.y_train, 0, 1, cfg.seed)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    starts, compute, step = [], [], []
+    for _ in range(iterations):
+        a = time.perf_counter()
+        x, y = shard.next_batch(cfg.batch_size)
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        float(loss.detach())
+        b = time.perf_counter()
+        opt.step()
+        starts.append(a)
+        compute.append(b - a)
+        step.append(time.perf_counter() - b)
+    return {"iteration": np.diff(starts).tolist(), "compute": compute, "step": step}
+
+
+def mpips_job(run_dir: str) -> dict:
+    """A 1 server + 1 worker BSP job; per-iteration times from its log."""
+    from mpips.log import RunLog
+
+    mpiexec(2, ["-m", "mpips", "train", "--paradigm", "bsp", "--model", MODEL, "--epochs", str(EPOCHS),
+                "--seed", str(SEED), "--eval-every", "1000", "--run-dir", run_dir], timeout=300)
+    log = RunLog(run_dir)
+    it = np.sort(log.iterations, order="iteration")
+    ap = np.sort(log.applies, order="step")
+    push_end = it["start"] + it["wait"] + it["pull"] + it["compute"] + it["push"]
+    apply_start = ap["time"] - ap["apply"]
+    n = min(len(it) - 1, len(ap))
+    return {
+        "iteration": np.diff(it["start"]).tolist(),
+        "wait": it["wait"][1:].tolist(), "pull": it["pull"].tolist(),
+        "compute": it["compute"].tolist(), "push": it["push"].tolist(),
+        # after push k: tick + log row, the server noticing, its step, the worker noticing
+        "after_push": (it["start"][1:] - push_end[:-1]).tolist(),
+        "server_notice": (apply_start[:n] - push_end[:n]).tolist(),
+        "server_apply": ap["apply"].tolist(),
+        "worker_notice": (it["start"][1:n + 1] + it["wait"][1:n + 1] - ap["time"][:n]).tolist(),
+        "iterations": int(len(it)),
+    }
+
+
+def inner(path: str) -> None:
+    """Rank 1 times a worker's tick (control row write) and log row; rank 0 is
+    the control table's home, as server 0 is."""
+    from mpi4py import MPI
+
+    from mpips.config import Config
+    from mpips.log import ITERATION, RankLog
+    from mpips.windows import ControlTable, W
+
+    comm = MPI.COMM_WORLD
+    control = ControlTable(comm, 0, 1, 1)
+    out = {}
+    if comm.Get_rank() == 1:
+        flush = Config().log_flush_seconds
+        with tempfile.TemporaryDirectory() as tmp:
+            log = RankLog(os.path.join(tmp, "rank-1.h5"), 1, flush_seconds=flush)
+            tick, row = [], []
+            fields = np.zeros(1, ITERATION)[0].tolist()  # a row of the worker's table
+            for k in range(MICRO_REPS):
+                a = time.perf_counter()
+                values = np.zeros(W.EXTRA3 + 1)
+                values[W.CLOCK] = k
+                control.write(control.worker_offset(0), values)
+                b = time.perf_counter()
+                log.row("iterations", *fields)
+                c = time.perf_counter()
+                tick.append(b - a)
+                row.append(c - b)
+                time.sleep(0.001)  # rows arrive about as often as in a run, for the timed flushes
+            log.close()
+        out = {"tick": stats(tick), "log_row": stats(row)}
+        with open(path, "w") as fh:
+            json.dump(out, fh)
+    quiet_barrier(comm)
+    control.free()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--inner", metavar="JSON", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.inner:
+        return inner(args.inner)
+    plain, job = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(ROUNDS):
+            j = mpips_job(os.path.join(tmp, f"run{r}"))
+            for k, v in plain_loop(j["iterations"]).items():
+                plain.setdefault(k, []).extend(v)
+            for k, v in j.items():
+                if k != "iterations":
+                    job.setdefault(k, []).extend(v)
+    micro = run_inner(__file__, 2)
+    plain_s = {k: stats(v) for k, v in plain.items()}
+    job_s = {k: stats(v) for k, v in job.items()}
+    ratio = job_s["iteration"]["median_us"] / plain_s["iteration"]["median_us"]
+    compute_ratio = job_s["compute"]["median_us"] / plain_s["compute"]["median_us"]
+
+    med = {k: v["median_us"] for k, v in job_s.items()}
+    parts = ["wait", "pull", "compute", "push", "after_push"]
+    accounted = sum(med[k] for k in parts)
+    rows = [["plain: batch + forward + backward", plain_s["compute"]["median_us"], None],
+            ["plain: optimizer step", plain_s["step"]["median_us"], None],
+            ["plain: iteration", plain_s["iteration"]["median_us"], 1.0],
+            ["mpips: gate wait", med["wait"], None],
+            ["  = server notices the push", med["server_notice"], None],
+            ["  + server apply (take gradient, step, publish, log)", med["server_apply"], None],
+            ["  + worker notices the new version", med["worker_notice"], None],
+            ["mpips: pull", med["pull"], None],
+            ["mpips: batch + forward + backward", med["compute"], compute_ratio],
+            ["mpips: push (incl. view + paradigm.push)", med["push"], None],
+            ["mpips: after push (tick + log row)", med["after_push"], None],
+            ["  tick alone (micro)", micro["tick"]["median_us"], None],
+            ["  log row alone (micro, flushes amortized)", micro["log_row"]["mean_us"], None],
+            ["mpips: iteration", med["iteration"], ratio]]
+    md = (f"{MODEL} on digits, batch 16, SGD(lr 0.05, momentum 0.9), {ROUNDS} rounds of "
+          f"{EPOCHS} epochs alternating plain and mpips; medians of per-iteration times.\n\n"
+          + table(["part", "median us", "ratio to plain"], rows)
+          + f"\n\nIteration time ratio mpips / plain: **{ratio:.2f}** (goal <= {GOAL}: "
+          + ("met" if ratio <= GOAL else f"not met, {100 * (ratio - GOAL):.0f} points over")
+          + f"). The medians of mpips' parts add up to {accounted:.0f} us of its "
+          f"{med['iteration']:.0f} us median iteration (medians do not add exactly).\n")
+    write_results("overhead", {"goal": GOAL, "ratio": ratio, "compute_ratio": compute_ratio,
+                               "plain": plain_s, "mpips": job_s, "micro": micro}, md)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

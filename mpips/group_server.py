@@ -1,0 +1,152 @@
+"""A GSSP group server: its group's parameter server, and the group's link
+to the global servers.
+
+Inside the group it is the ordinary `Server` loop over the group's windows
+(a full copy of the parameters, the group's control table): each push is
+applied when it arrives, with the configured optimizer. Every k pushes
+(`exchange_every`, default the group size), and once more with the group's
+last push, it exchanges with the global servers and waits for nothing:
+
+- it pushes its progress since the last exchange (`GroupDelta`, GDTopK-
+  compressed when configured) as the gradient -delta; the global servers'
+  optimizer is SGD with learning rate 1 and nothing else, so whenever it
+  arrives the global parameters move by +delta;
+- when its row shows every earlier delta applied, it pulls the global
+  parameters and continues from them (plus what they do not hold yet);
+  otherwise it keeps its own copy until the next exchange.
+
+Pushes landing in its gradient window meanwhile wait there for its next step.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .compress import SparseGrad, make_compressor, speed_ranks
+from .context import Context
+from .grouping import GroupSpeed
+from .group_delta import GroupDelta
+from .paradigms.gssp import SLOT_SPEED_RANK
+from .server import Server
+from .windows import W
+
+# A group server's row in the global control table is a worker row whose
+# CLOCK counts the worker pushes it has forwarded (so the global servers'
+# epochs and evaluation schedule count worker pushes), and:
+EXCHANGES = W.EXTRA0     # exchanges so far
+EPOCH_TIME = W.EXTRA1    # its group's speed: GroupSpeed.time (s)
+
+
+class GroupServer(Server):
+    """`ctx` is the group level (its windows), `up` the global level."""
+
+    def __init__(self, ctx: Context, up: Context, *, group: int, members: list[int],
+                 speed: GroupSpeed, speed_rank: int):
+        super().__init__(ctx)
+        self.s = 0                  # the one server of its group's table (ctx.index is the group)
+        self.up = up
+        self.g = group
+        self.members = members
+        self.k = ctx.config.exchange_every or len(members)
+        self.speed = speed
+        self.speed_rank = speed_rank
+        compressor = None
+        if ctx.config.compressor != "none":
+            compressor = make_compressor(ctx.config, stream=ctx.layout.workers + group)
+        self.delta = GroupDelta(ctx.store.shard, compressor)
+        self.pulled = np.empty_like(ctx.store.shard)
+        self.neg = np.empty_like(ctx.store.shard)
+        self.since = 0              # worker pushes applied since the last exchange
+        self.forwarded = 0          # worker pushes whose progress went up
+        self.exchanges = 0
+        self.flushed_epochs = 0     # group epochs whose end flushed the residual
+        self.exchange_times = [0.0, 0.0]
+
+    def start(self) -> None:
+        """Before the clock starts: the group's speed rank for its workers,
+        and this group's row for the other group servers to rank against."""
+        self.ctx.control.write(SLOT_SPEED_RANK, [self.speed_rank])
+        self.publish_up(done=False, duration=0.0, pushes=0)
+
+    def apply(self, view, waited: float) -> None:
+        before = self.pushes
+        super().apply(view, waited)
+        self.since += self.pushes - before
+        self.speed.observe(view.clocks, view.push_times)
+        last = bool(view.done.all())  # other groups' rows read as done; ours now all applied
+        if last or self.since >= self.k:
+            self.exchange(final=last)
+
+    def exchange(self, *, final: bool) -> None:
+        ctx, up = self.ctx, self.up
+        t = time.perf_counter()
+        snap = up.control.read()
+        rank = self._update_speed_rank(up.control.worker_rows(snap)[:, EPOCH_TIME])
+        epochs = self.pushes // ctx.epoch_pushes
+        flush = final or epochs > self.flushed_epochs
+        self.flushed_epochs = epochs
+        compressor = self.delta.compressor
+        # the paradigm decides the group's ratio as for its workers (-1: the group server)
+        ratio = ctx.paradigm.compression(-1, ctx.view(), epoch=epochs + 1) if compressor else None
+        if ratio is not None:
+            compressor.set_ratio(*ratio)
+        # The row first, then the pull: if every earlier delta is applied,
+        # the parameters read after hold them all.
+        synced = up.control.view(snap, ctx.now()).applied[self.g] >= self.forwarded
+        if synced:
+            up.store.pull(self.pulled)
+        payload = self.delta.take(flush=flush)
+        if isinstance(payload, SparseGrad):
+            up.store.push_sparse(payload.indices, -payload.values)
+            sent = payload.nbytes
+        else:
+            np.negative(payload, out=self.neg)
+            up.store.push(self.neg)
+            sent = 4 * payload.size
+        self.delta.rebase(self.pulled if synced else None)
+        if synced:
+            ctx.store.publish()
+        pushes, self.since = self.since, 0
+        self.forwarded += pushes
+        self.exchanges += 1
+        duration = time.perf_counter() - t
+        self.publish_up(done=final, duration=duration, pushes=pushes)
+        ctx.log.row("exchanges", self.g, ctx.now(), self.exchanges, pushes, self.forwarded,
+                    duration, int(synced), int(flush), rank,
+                    ratio[0] if ratio is not None else np.nan, sent, 4 * ctx.store.shard.size)
+
+    def _update_speed_rank(self, epoch_times: np.ndarray) -> int:
+        """This group's speed rank among the groups' published epoch times,
+        once every group has one (until then, the rank from profiling); a
+        change is published to its workers and logged."""
+        if (epoch_times > 0).all():
+            rank = speed_ranks(epoch_times)[self.g]
+            if rank != self.speed_rank:
+                self.speed_rank = rank
+                self.ctx.control.write(SLOT_SPEED_RANK, [rank])
+                self.ctx.log.event(self.ctx.now(), "gssp_speed_rank", group=self.g,
+                                   speed_rank=rank, epoch_times=epoch_times)
+        return self.speed_rank
+
+    def publish_up(self, *, done: bool, duration: float, pushes: int) -> None:
+        """This group server's row in the global table (after its push is
+        flushed, so a global server that sees the count sees the push)."""
+        ctx = self.ctx
+        now = ctx.now()
+        if pushes:
+            self.exchange_times = [now, self.exchange_times[0]]
+        members = ctx.control.worker_rows(ctx.control.read())[self.members]
+        row = np.zeros(len(W))
+        row[W.CLOCK] = self.forwarded
+        row[W.PUSH_T0], row[W.PUSH_T1] = self.exchange_times
+        row[W.ITER_TIME] = duration
+        row[W.BATCH] = pushes
+        row[W.DONE] = 1.0 if done else 0.0
+        # the progress line's wait share is the mean over these rows
+        row[W.WAIT_TOTAL] = members[:, W.WAIT_TOTAL].mean()
+        row[W.ELAPSED] = members[:, W.ELAPSED].mean()
+        row[W.SAMPLES] = members[:, W.SAMPLES].sum()
+        row[EXCHANGES] = self.exchanges
+        row[EPOCH_TIME] = np.nan_to_num(self.speed.time)  # 0: not measured yet
+        self.up.control.write(self.up.control.worker_offset(self.g), row)

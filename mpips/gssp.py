@@ -1,0 +1,131 @@
+"""GSSP's two levels of servers: profile, group, and give every rank its level.
+
+World = S global servers + G group servers + W workers (mpips/layout.py).
+
+Global level: the windows runtime.train made over COMM_WORLD, whose control
+table has one row per group server. The global servers run the ordinary
+`Server` loop with SGD of learning rate 1 and nothing else, so a group
+server's pushed -delta moves the parameters by +delta, and `server_ready`
+applies whatever arrived: no group ever waits for another.
+
+Group level, one per group: a communicator of its group server (rank 0) and
+its workers, a `ParameterStore` whose one server is the group server (a full
+copy of the parameters) and a `ControlTable` with a row per worker of the job,
+in which other groups' workers read as done so that they never gate (the
+paradigm's SSP gate then bounds clocks inside the group). Workers run
+unchanged against these windows; mpips/group_server.py is the group server.
+
+Grouping: every worker times `profile_iterations` forward/backward passes on
+its shard, with its emulated slowdown; every rank gathers the times and
+computes the same groups (or takes `group_assignment`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .compress import speed_ranks
+from .context import Context
+from .data import WorkerShard
+from .flatmodel import FlatModel
+from .group_server import GroupServer
+from .grouping import GroupSpeed, make_groups
+from .layout import GROUP_SERVER, SERVER, WORKER
+from .windows import W, ControlTable, ParameterStore
+from .worker import Worker
+
+
+def run_gssp(ctx: Context, flat: FlatModel, data) -> None:
+    """Every role of a GSSP job; `ctx` is the global level."""
+    from .runtime import run_roles  # runtime imports this module
+
+    layout, cfg = ctx.layout, ctx.config
+    times = profile_all(ctx, flat, data)
+    groups = make_groups(cfg, layout.workers, times)
+    group_times = [float(np.mean(times[m])) for m in groups]
+    ranks = speed_ranks(group_times)
+    if ctx.rank == 0:
+        ctx.log.event(ctx.now(), "gssp_groups", groups=groups, profiled=times,
+                      group_times=group_times, speed_ranks=ranks,
+                      group_servers=layout.group_server_ranks,
+                      exchange_every=[cfg.exchange_every or len(m) for m in groups],
+                      source="group_assignment" if cfg.group_assignment else cfg.grouping)
+    if ctx.role == SERVER:
+        ctx.comm.Split(MPI.UNDEFINED, ctx.rank)  # in no group
+        run_roles(dataclasses.replace(ctx, config=summing(cfg), clients="group server",
+                                      client_ranks=tuple(layout.group_server_ranks)), flat, data)
+        return
+    g = ctx.index if ctx.role == GROUP_SERVER else next(
+        i for i, m in enumerate(groups) if ctx.index in m)
+    members = groups[g]
+    comm = ctx.comm.Split(g, 0 if ctx.role == GROUP_SERVER else 1 + ctx.rank)
+    store = ParameterStore(comm, [0], flat.n)
+    control = ControlTable(comm, 0, layout.workers, 1)
+    group = dataclasses.replace(ctx, store=store, control=control,
+                                epoch_pushes=len(members) * ctx.iterations_per_epoch)
+    try:
+        if ctx.role == WORKER:
+            run_roles(group, flat, data)
+        else:
+            speed = GroupSpeed(members, ctx.iterations_per_epoch)
+            run_group_server(ctx, group, flat, GroupServer(
+                group, ctx, group=g, members=members, speed=speed, speed_rank=ranks[g]))
+    finally:
+        store.free()
+        control.free()
+        comm.Free()
+
+
+def run_group_server(up: Context, group: Context, flat: FlatModel, server: GroupServer) -> None:
+    """The group server's part of runtime.run_roles' protocol: same barriers."""
+    group.store.shard[:] = flat.flat_copy()
+    group.store.publish()
+    for j in range(group.layout.workers):
+        if j not in server.members:
+            group.control.write(group.control.worker_offset(j, W.DONE), [1.0])
+    server.start()
+    up.comm.Barrier()  # parameters in place and every role ready: the clock starts
+    group.t0 = up.t0 = up.comm.bcast(None)
+    server.run()
+    up.wait_for_servers_done()
+    up.comm.Barrier()
+
+
+def summing(config):
+    """The global servers' optimizer: w -= 1.0 * g and nothing else (no
+    momentum, decay or schedule), so a pushed -delta adds delta."""
+    return dataclasses.replace(config, optimizer="sgd", lr=1.0, momentum=0.0, nesterov=False,
+                               weight_decay=0.0, lr_schedule="none")
+
+
+def profile_all(ctx: Context, flat: FlatModel, data) -> np.ndarray:
+    """Every worker's profiled iteration time (s), indexed by worker, on every rank."""
+    mine = np.full(1, np.nan)
+    if ctx.role == WORKER:
+        shard = WorkerShard(data.x_train, data.y_train, ctx.index, ctx.layout.workers,
+                            ctx.config.seed)
+        mine[0] = profile(Worker(ctx, flat, shard), ctx.config.profile_iterations)
+    everyone = np.empty(ctx.comm.Get_size())
+    request = ctx.comm.Iallgather([mine, MPI.DOUBLE], [everyone, MPI.DOUBLE])
+    ranks = ctx.layout.worker_ranks
+    ctx.wait(request.Test, what="gathering the profiled iteration times",
+             describe=lambda: f"the workers (ranks {ranks[0]}..{ranks[-1]}) to finish profiling")
+    return everyone[ranks]
+
+
+def profile(worker: Worker, iterations: int) -> float:
+    """Median busy time of one of the worker's iterations: forward/backward on
+    its shard, then its persistent emulated slowdown (slept, as in training).
+    One untimed pass first: torch's first pass pays for lazy set-up."""
+    batch = worker.ctx.config.batch_size
+    worker.compute_gradient(batch)
+    times = []
+    for _ in range(iterations):
+        _, compute = worker.compute_gradient(batch)
+        sleep = (worker.slowdown.persistent - 1.0) * compute
+        time.sleep(sleep)
+        times.append(compute + sleep)
+    return float(np.median(times))

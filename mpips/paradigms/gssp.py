@@ -1,0 +1,43 @@
+"""GSSP, grouping SSP with GDTopK (IEEE TCC 2022): the decisions.
+
+Workers of similar speed form groups, each with a group server (mpips/gssp.py
+sets up the two levels of servers). A worker sees only its own group's
+control table, in which the workers of other groups read as done with clock 0
+(the rule by which finished workers never block), so the plain SSP gate with
+the group bound `group_staleness` is exactly "SSP inside the group", and
+nothing gates one group on another. Pushes keep the default 1/W scale: every
+push of every group reaches the global parameters once, as under ASP.
+
+GDTopK's upload ratio: a group's speed rank (0 = fastest), measured by its
+group server and published in the group table's slot `SLOT_SPEED_RANK`, and
+the epoch pick (c, rho) from the schedule of PARADIGMS.md.
+"""
+from __future__ import annotations
+
+from ..compress import DEFAULT_SCHEDULE, ratio_schedule
+from .base import SLOT_EXTRA0, ClusterView, Gate, Paradigm
+from .ssp import bounded_gate
+
+SLOT_SPEED_RANK = SLOT_EXTRA0   # in a group's control table: that group's speed rank
+
+
+class GSSP(Paradigm):
+    name = "gssp"
+
+    def __init__(self, config, num_workers):
+        super().__init__(config, num_workers)
+        self.staleness = config.group_staleness
+        self.groups = config.groups
+        self.schedule = DEFAULT_SCHEDULE
+
+    def gate(self, worker: int, view: ClusterView) -> Gate:
+        return bounded_gate(worker, view, self.staleness)
+
+    def upload_ratio(self, epoch: int, speed_rank: int) -> tuple[float, float]:
+        """GDTopK's (c, rho) for a group of this speed rank in this epoch (1-based)."""
+        return ratio_schedule(epoch, speed_rank, self.groups, self.schedule)
+
+    def compression(self, worker, view, *, epoch):
+        if self.config.compressor != "gdtopk":
+            return None
+        return self.upload_ratio(epoch, int(view.slots[SLOT_SPEED_RANK - SLOT_EXTRA0]))

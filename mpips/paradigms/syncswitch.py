@@ -1,0 +1,263 @@
+"""Sync-Switch: BSP and ASP inside one run (Li et al., ICDCS 2021).
+
+The mode is a pair in the control window: MODE (BSP or ASP) and MODE_CLOCK = K,
+read as "pushes of clock (iteration index) >= K are in MODE, pushes before K in
+the other mode". Decisions are keyed by clock, never by when someone happened
+to read the flag, so every server groups the same pushes the same way and every
+push belongs to exactly one phase. Server 0 alone decides (`server_control`);
+workers and the other servers learn the pair at their next poll.
+
+Choosing K. A switch must not reclassify a push that someone has already
+handled under the old rule:
+- BSP -> ASP: in BSP no worker can start round r+1 before server 0 has applied
+  round r, and server 0 decides *before* applying in its loop, so no push of a
+  clock above max(clocks) can exist yet: K = max(clocks) + 1 is safe.
+- ASP -> BSP: ASP workers pass their gate freely, so a worker may start a new
+  iteration between server 0's read and its write. Two phases: server 0 first
+  writes MODE_CLOCK = -1 ("being decided": gates behave as BSP, servers hold
+  their applies), then, at its next poll, reads the clocks again and writes
+  K = max(clocks) + 1: every iteration that passed an ASP gate did so before the
+  first write, so its clock is below K.
+MODE_CLOCK = -1 is written first and K last, so a reader never pairs a new MODE
+with an old K. A new decision waits until the previous one is settled (every
+server has applied a push of clock >= K), so every server has seen every pair.
+
+At a boundary K:
+- BSP before K, ASP from K: the servers apply rounds < K whole; a worker at
+  clock >= K passes once every push < K is applied (so no ASP push can land in a
+  server's gradient window while it still holds a partial BSP round), then
+  freely. A worker mid-iteration when the flag flips finishes an iteration of
+  the old phase (its clock < K); push scales do not change (below).
+- ASP before K, BSP from K: pushes < K are applied as they arrive; the BSP gate
+  at clock K lets the laggards catch up (every push < K applied first), and the
+  servers then apply only whole rounds K, K+1, ... (rounds relative to K).
+A server holding pushes of a partial round when the mode flips to ASP keeps
+them as the round they belong to: they are applied when that round is whole.
+
+Hyper-parameters. The runtime's push scale is 1/W under every paradigm (see
+`Paradigm.push`): a BSP round is the mean of W pushes of b samples stepped with
+lr eta, and an ASP push is 1/W of such a step with the same lr, i.e. exactly
+eta_ASP = eta_BSP / W per push of b samples. So the servers keep lr = eta in
+both modes and this module does not scale again (that would be eta / W^2).
+Momentum is cut to m/W for the first ASP update after a switch to ASP and ramps
+back linearly to m over `momentum_ramp` ASP pushes (counted as pushes applied
+by every server since K, so every shard ramps alike); BSP steps use m.
+
+Policies (`server_control`, server 0):
+- offline (`online_policy=none`): one switch, BSP -> ASP, when the BSP rounds
+  reach ceil(f x iterations), i.e. the samples processed reach f of the budget
+  W x iterations x b (to within one round).
+- online (`greedy`/`conservative`): during BSP, a worker whose last iteration
+  time exceeds straggler_factor x the median for straggler_rounds (greedy) or
+  conservative_window (conservative) consecutive iterations triggers ASP; when
+  it has been back under the factor for straggler_rounds iterations, BSP
+  resumes. BSP rounds still total ceil(f x iterations): once spent, ASP stays.
+
+A caveat: the control table is read with one Get; the causal chain from a
+decision to the first push it governs runs through a whole worker iteration,
+so a snapshot that shows such a push shows the decision. `round_ready` keeps
+the servers live even if a snapshot ever broke that order.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .base import MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView, Gate, Paradigm
+from .ssp import bounded_gate
+
+DECIDING = -1   # MODE_CLOCK while an ASP -> BSP switch is being decided
+MODE_NAMES = {MODE_BSP: "bsp", MODE_ASP: "asp"}
+
+
+def round_ready(view: ClusterView, consumed: np.ndarray) -> bool:
+    """The lowest round this server still owes is whole: every worker that
+    will push it has pushed it (done workers past their last push excepted)."""
+    owed = ~(view.done & (view.clocks <= consumed))
+    if not owed.any():
+        return False
+    lowest = consumed[owed].min()
+    return bool((view.clocks[owed] > lowest).all())
+
+
+def momentum_after_switch(momentum: float, workers: int, pushes: int, ramp: int) -> float:
+    """m/W right after a switch to ASP, back to m linearly over `ramp` pushes."""
+    progress = 1.0 if ramp == 0 else min(1.0, pushes / ramp)
+    cut = momentum / workers
+    return cut + (momentum - cut) * progress
+
+
+class StragglerDetector:
+    """Consecutive slow and normal iterations per worker, from the iteration
+    times in the control table: slow = above `factor` x the median."""
+
+    def __init__(self, factor: float, workers: int):
+        self.factor = factor
+        self.seen = np.zeros(workers, dtype=np.int64)
+        self.slow = np.zeros(workers, dtype=np.int64)
+        self.normal = np.zeros(workers, dtype=np.int64)
+
+    def observe(self, view: ClusterView) -> None:
+        """Count each worker's newest iteration once (a worker that pushed twice
+        between two looks counts once: its older time is gone)."""
+        times = view.iter_times
+        known = np.isfinite(times)
+        new = (view.clocks > self.seen) & known
+        self.seen = np.maximum(self.seen, view.clocks)
+        if not new.any() or known.sum() < 2:
+            return
+        slow = times > self.factor * float(np.median(times[known]))
+        self.slow = np.where(new, np.where(slow, self.slow + 1, 0), self.slow)
+        self.normal = np.where(new, np.where(slow, 0, self.normal + 1), self.normal)
+
+    def slow_for(self, iterations: int) -> list[int]:
+        return [int(j) for j in np.flatnonzero(self.slow >= iterations)]
+
+    def cleared(self, workers, iterations: int) -> bool:
+        return all(self.normal[j] >= iterations for j in workers)
+
+
+class SyncSwitch(Paradigm):
+    name = "syncswitch"
+
+    def __init__(self, config, num_workers):
+        super().__init__(config, num_workers)
+        self.f = config.switch_at
+        self.policy = config.online_policy
+        self.need_slow = (config.straggler_rounds if self.policy != "conservative"
+                          else max(config.straggler_rounds, config.conservative_window))
+        self.need_normal = config.straggler_rounds
+        # server 0, the decider: the phases so far
+        self.detector = StragglerDetector(config.straggler_factor, num_workers)
+        self.mode = MODE_BSP          # of the current phase
+        self.phase_start = 0          # its K
+        self.bsp_rounds = 0           # rounds of the finished BSP phases
+        self.switches = 0
+        self.cause: list[int] = []    # stragglers that started the current ASP phase
+        self.final = False            # the BSP budget is spent: ASP to the end
+        self.deciding: dict | None = None
+        # every server: where the latest ASP phase began (momentum ramp)
+        self.asp_from = 0
+
+    # budget -----------------------------------------------------------------
+    @property
+    def bsp_target(self) -> int:
+        """BSP rounds in the whole run: f of the sample budget, whole rounds up."""
+        return math.ceil(self.f * self.iterations - 1e-9)
+
+    def samples(self, rounds: int) -> int:
+        return rounds * self.num_workers * self.config.batch_size
+
+    # worker side ----------------------------------------------------------------
+    def gate(self, worker, view):
+        c, k = int(view.clocks[worker]), view.mode_clock
+        if k == DECIDING:
+            return bounded_gate(worker, view, 0)       # the safe side until K is known
+        if view.mode == MODE_BSP:
+            return Gate(True) if c < k else bounded_gate(worker, view, 0)
+        if c < k:
+            return bounded_gate(worker, view, 0)       # BSP rounds before the switch
+        return bounded_gate(worker, view, c - k, own=False)   # every push < K applied, then free
+
+    # every server ---------------------------------------------------------------
+    def _observe(self, view: ClusterView) -> None:
+        if view.mode == MODE_ASP and view.mode_clock >= 0:
+            self.asp_from = view.mode_clock
+
+    def server_ready(self, view, consumed):
+        self._observe(view)
+        k = view.mode_clock
+        if k == DECIDING:
+            return False          # server 0 writes K at its next poll
+        owed_before = consumed < np.where(view.done, np.minimum(view.clocks, k), k)
+        if view.mode == MODE_ASP:
+            return round_ready(view, consumed) if owed_before.any() else bool((view.clocks > consumed).any())
+        if (consumed < np.minimum(view.clocks, k)).any():
+            return True           # ASP pushes before K, as they arrive
+        return False if owed_before.any() else round_ready(view, consumed)
+
+    def _step_mode(self, view: ClusterView) -> int:
+        """Mode of the pushes the next step applies: a step covers pushes >= K
+        exactly when some clock is past K (the gates keep the phases apart)."""
+        after = bool((view.clocks > view.mode_clock).any())
+        return view.mode if after else 1 - view.mode
+
+    def server_momentum(self, base_momentum, view):
+        self._observe(view)
+        if view.mode_clock == DECIDING or self._step_mode(view) == MODE_BSP:
+            return base_momentum
+        start = view.mode_clock if view.mode == MODE_ASP else self.asp_from
+        pushes = int(np.maximum(view.applied - start, 0).sum())
+        return momentum_after_switch(base_momentum, self.num_workers, pushes, self.config.momentum_ramp)
+
+    def synchronous(self, view):
+        k = view.mode_clock
+        return k != DECIDING and (view.mode == MODE_BSP) == (view.c_min() >= k)
+
+    # server 0: the decisions ------------------------------------------------------
+    def server_control(self, view):
+        if self.deciding is not None:
+            return self._resolve_bsp(view)
+        self.detector.observe(view)
+        if not self._settled(view):
+            return []
+        k = int(view.clocks.max()) + 1
+        if k >= self.iterations:
+            return []             # no round left to switch
+        if self.mode == MODE_BSP:
+            end = self.phase_start + self.bsp_target - self.bsp_rounds
+            if k >= end:
+                self.final = True
+                return self._to_asp(view, k, f"BSP samples reached {self.f:g} of the budget")
+            slow = self.detector.slow_for(self.need_slow) if self.policy != "none" else []
+            if slow:
+                self.cause = slow
+                return self._to_asp(view, k, f"straggler {self._describe(view, slow)} "
+                                             f"({self.policy} policy)")
+            return []
+        if (self.policy != "none" and not self.final and self.bsp_rounds < self.bsp_target
+                and self.detector.cleared(self.cause, self.need_normal)):
+            self.deciding = {"reason": f"straggler {self.cause} cleared for "
+                                       f"{self.need_normal} iterations", "decided": view.now}
+            return [(SLOT_MODE_CLOCK, DECIDING, None), (SLOT_MODE, MODE_BSP, None)]
+        return []
+
+    def _settled(self, view: ClusterView) -> bool:
+        """Every server has applied a push of clock >= the last K (so has seen
+        the last decision), or the run is over."""
+        return self.switches == 0 or bool((view.applied > self.phase_start).any() or view.done.all())
+
+    def _describe(self, view: ClusterView, workers: list[int]) -> str:
+        known = view.iter_times[np.isfinite(view.iter_times)]
+        median = float(np.median(known)) if known.size else math.nan
+        return ", ".join(f"worker {j} ({view.iter_times[j]:.4f}s vs median {median:.4f}s "
+                         f"for {int(self.detector.slow[j])} iterations)" for j in workers)
+
+    def _event(self, view: ClusterView, to: int, k: int, reason: str, momentum: float) -> dict:
+        budget = self.samples(self.iterations)
+        return {"kind": "switch", "to": MODE_NAMES[to], "clock": k, "reason": reason,
+                "samples": self.samples(k), "samples_pushed": int(view.clocks.sum()) * self.config.batch_size,
+                "bsp_samples": self.samples(self.bsp_rounds), "budget": budget,
+                "bsp_target": self.f * budget, "lr": self.config.lr, "momentum": momentum}
+
+    def _to_asp(self, view: ClusterView, k: int, reason: str):
+        self.bsp_rounds += k - self.phase_start
+        self.mode, self.phase_start = MODE_ASP, k
+        self.switches += 1
+        m = self.config.momentum
+        event = self._event(view, MODE_ASP, k, reason,
+                            momentum_after_switch(m, self.num_workers, 0, self.config.momentum_ramp))
+        event["momentum_ramp"] = self.config.momentum_ramp
+        return [(SLOT_MODE_CLOCK, DECIDING, None), (SLOT_MODE, MODE_ASP, None), (SLOT_MODE_CLOCK, k, event)]
+
+    def _resolve_bsp(self, view: ClusterView):
+        """Second half of ASP -> BSP: K from clocks read after MODE_CLOCK = -1."""
+        k = int(view.clocks.max()) + 1
+        self.mode, self.phase_start = MODE_BSP, k
+        self.switches += 1
+        event = self._event(view, MODE_BSP, k, self.deciding["reason"], self.config.momentum)
+        event["decided"] = self.deciding["decided"]
+        self.deciding = None
+        self.cause = []
+        return [(SLOT_MODE_CLOCK, k, event)]

@@ -1,0 +1,109 @@
+"""The foundation under real MPI: BSP's oracle, SSP's bound, ASP, accuracy, no hangs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import train
+from mpips.config import load
+from mpips.data import WorkerShard, load_dataset
+from mpips.models import build_model
+
+
+def sgd_oracle(config, workers: int, rounds: int) -> np.ndarray:
+    """One process, SGD on the concatenation of the workers' batches each round."""
+    data = load_dataset(config)
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, data.input_shape, data.num_classes)
+    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
+    for _ in range(rounds):
+        batches = [s.next_batch(config.batch_size) for s in shards]
+        x = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_bsp_equals_single_process_sgd(tmp_path, servers):
+    flags = ["--paradigm", "bsp", "--servers", str(servers), "--batch-size", "16",
+             "--iterations", "20", "--lr", "0.1", "--momentum", "0.9", "--seed", "3"]
+    job = train(servers + 4, tmp_path / "run", *flags)
+    got = job.log.final_params()
+    expected = sgd_oracle(load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3}), 4, 20)
+    assert got.shape == expected.shape
+    diff = np.abs(got - expected).max()
+    assert diff < 1e-5, f"BSP differs from single-process SGD by {diff}"
+    # and it really trained: the parameters moved far more than the tolerance
+    torch.manual_seed(3)
+    assert np.abs(got - expected).max() < 1e-3 * np.abs(got).max()
+
+
+@pytest.fixture(scope="module")
+def ssp_runs(tmp_path_factory):
+    """SSP(s) for s in 0, 1, 3 and ASP, all with slowdowns 1,1,1,4."""
+    runs = {}
+    for name, flags in [("ssp0", ["--paradigm", "ssp", "--staleness", "0"]),
+                        ("ssp1", ["--paradigm", "ssp", "--staleness", "1"]),
+                        ("ssp3", ["--paradigm", "ssp", "--staleness", "3"]),
+                        ("asp", ["--paradigm", "asp"])]:
+        runs[name] = train(5, tmp_path_factory.mktemp(name), *flags, "--slowdown", "1,1,1,4",
+                           "--epochs", "10", "--lr", "0.1", "--eval-every", "5").log
+    return runs
+
+
+@pytest.mark.parametrize("s", [0, 1, 3])
+def test_ssp_bound_holds_at_every_gate(ssp_runs, s):
+    it = ssp_runs[f"ssp{s}"].iterations
+    assert len(it) == 4 * ssp_runs[f"ssp{s}"].layout["iterations_per_worker"]
+    assert it["clock_gap"].max() <= s, "a gate passed with c_i - c_min > s"
+    fast = it[it["worker"] < 3]
+    assert fast["wait"].sum() > 0.2 * fast["compute"].sum(), "fast workers never waited for the slow one"
+
+
+def test_ssp_gate_is_tight_enough_to_use_the_slack(ssp_runs):
+    # s=3 lets fast workers run ahead of the slow one: gaps above 1 occur.
+    assert ssp_runs["ssp3"].iterations["clock_gap"].max() >= 2
+
+
+def test_asp_never_waits_and_sees_staleness(ssp_runs):
+    it = ssp_runs["asp"].iterations
+    assert (it["wait"] == 0).all()
+    assert it[it["worker"] == 3]["staleness"].max() > 0
+    assert it["clock_gap"].max() > 3  # no bound: fast workers run far ahead
+
+
+@pytest.mark.parametrize("name", ["ssp3", "asp"])
+def test_async_paradigms_reach_90_percent(ssp_runs, name):
+    assert ssp_runs[name].summary()["final_accuracy"] >= 0.90
+
+
+def test_bsp_reaches_90_percent(tmp_path):
+    log = train(5, tmp_path / "run", "--paradigm", "bsp", "--epochs", "10", "--lr", "0.1").log
+    s = log.summary()
+    assert s["final_accuracy"] >= 0.90
+    assert s["max_staleness"] == 0 and s["max_clock_gap"] == 0
+
+
+def test_eight_ranks_oversubscribed_finish(tmp_path):
+    log = train(8, tmp_path / "run", "--paradigm", "ssp", "--servers", "2", "--epochs", "2",
+                "--slowdown", "1,1,2,1,1,3").log
+    s = log.summary()
+    assert s["status"] == "finished" and s["workers"] == 6
+    assert s["iterations"] == 6 * log.layout["iterations_per_worker"]
+    assert s["pushes"] == s["iterations"]
+
+
+def test_nan_gradient_is_rejected_and_training_goes_on(tmp_path):
+    log = train(5, tmp_path / "run", "--paradigm", "ssp", "--epochs", "10", "--lr", "0.1",
+                "--nan-at", "2:5,1:40").log
+    s = log.summary()
+    assert s["rejected_pushes"] == 2
+    rejected = log.events("rejected_push")
+    assert {(e["worker"], e["iteration"]) for e in rejected} == {(2, 5), (1, 40)}
+    assert np.isfinite(log.final_params()).all()
+    assert s["final_accuracy"] >= 0.90

@@ -1,0 +1,121 @@
+"""GSSP under mpiexec: 1 global server + 2 group servers + 4 workers, two slow."""
+import numpy as np
+import pytest
+
+from mpips.compress import ratio_schedule
+from conftest import train
+
+S = 3            # group_staleness
+FLAGS = ("--paradigm", "gssp", "--groups", "2", "--group-staleness", str(S),
+         "--slowdown", "1,1,4,4", "--epochs", "5")
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    return train(7, tmp_path_factory.mktemp("gssp") / "run", *FLAGS).log
+
+
+@pytest.fixture(scope="module")
+def gdtopk(tmp_path_factory):
+    return train(7, tmp_path_factory.mktemp("gssp_gdtopk") / "run", *FLAGS,
+                 "--compressor", "gdtopk").log
+
+
+def test_slow_workers_are_grouped_together(plain):
+    (event,) = plain.events("gssp_groups")
+    assert event["groups"] == [[0, 1], [2, 3]]
+    assert event["speed_ranks"] == [0, 1] and event["group_servers"] == [1, 2]
+    assert min(event["profiled"][2:]) > max(event["profiled"][:2])
+
+
+def test_the_bound_holds_inside_groups_and_not_between(plain):
+    it = plain.iterations
+    assert len(it) == 4 * plain.layout["iterations_per_worker"]
+    # clock_gap is measured against the group's c_min at every gate pass
+    assert it["clock_gap"].max() <= S
+    # while the fast group runs further ahead of the slow one than S:
+    # the slow group never held it back
+    fast, slow = it[it["worker"] < 2], it[it["worker"] >= 2]
+    slow = slow[np.argsort(slow["start"])]
+    behind = np.searchsorted(slow["start"], fast["start"])    # slow iterations begun by then
+    slow_clock = np.where(behind > 0, slow["clock"][np.maximum(behind - 1, 0)], 0)
+    assert (fast["clock"] - slow_clock).max() > 2 * S
+
+
+def test_groups_exchange_without_waiting_for_each_other(plain):
+    ex = plain.exchanges
+    per_worker = plain.layout["iterations_per_worker"]
+    counts = []
+    for g in (0, 1):
+        rows = ex[ex["group"] == g]
+        rows = rows[np.argsort(rows["exchange"])]
+        counts.append(len(rows))
+        assert rows["exchange"].tolist() == list(range(1, len(rows) + 1))
+        # every push of the group went up, once; every exchange but the last after k = 2 pushes
+        assert rows["pushes"].sum() == rows["forwarded"][-1] == 2 * per_worker
+        assert (rows["pushes"][:-1] >= 2).all() and rows["flushed"][-1] == 1
+        assert rows["synced"].mean() > 0.5      # mostly continued from the global parameters
+    # the global server applied exchanges as they came, not in rounds of one per group
+    server0 = plain.applies[plain.applies["server"] == 0]
+    assert server0["step"].max() > min(counts)
+    assert server0["total_pushes"].max() == 4 * per_worker
+    # each group server applied its own workers' pushes (logged by world rank 1, 2)
+    for rank in (1, 2):
+        assert plain.applies[plain.applies["server"] == rank]["pushes"].sum() == 2 * per_worker
+
+
+def test_reaches_the_accuracy(plain):
+    ev = plain.evaluations
+    assert ev["epoch"][-1] == pytest.approx(5.0)    # epochs count worker pushes, not exchanges
+    assert ev["accuracy"][-1] >= 0.88
+
+
+def _c_bounds(epoch, ranks):
+    cs = [ratio_schedule(epoch, r, 2)[0] for r in ranks]
+    return 2 * 0.8 * min(cs), 2 * 1.3 * max(cs)   # 4-byte index + 4-byte value per entry
+
+
+def _ranks(ex, group, epochs, ipe):
+    """Speed ranks a group server published during these epochs of its group
+    (measured epoch times rank the groups; they rarely change)."""
+    rows = ex[ex["group"] == group]
+    return set(rows["speed_rank"][np.isin(rows["forwarded"] // (2 * ipe) + 1, epochs)].tolist())
+
+
+def test_gdtopk_bytes_per_push_follow_the_group_schedule(gdtopk):
+    it, ex = gdtopk.iterations, gdtopk.exchanges
+    ipe = gdtopk.layout["iterations_per_epoch"]
+    epoch = it["iteration"] // ipe + 1
+    group = (it["worker"] >= 2).astype(int)
+    epoch_end = (it["iteration"] + 1) % ipe == 0            # the residual goes out dense
+    assert (it["bytes_sent"][epoch_end] == it["bytes_dense"][epoch_end]).all()
+    ratio = it["bytes_sent"] / it["bytes_dense"]
+    for e in range(1, 6):
+        ranks = [_ranks(ex, g, [e - 1, e, e + 1], ipe) for g in (0, 1)]
+        for g in (0, 1):
+            lo, hi = _c_bounds(e, ranks[g])
+            q = ratio[~epoch_end & (epoch == e) & (group == g)]
+            assert ((lo <= q) & (q <= hi)).all(), (e, g, lo, hi, q)
+        # the faster group sends sparser updates from epoch 2 on
+        if e >= 2 and len(ranks[0]) == len(ranks[1]) == 1 and ranks[0] != ranks[1]:
+            medians = [np.median(ratio[~epoch_end & (epoch == e) & (group == g)]) for g in (0, 1)]
+            fastest = 0 if ranks[0] == {0} else 1
+            assert medians[fastest] < medians[1 - fastest]
+    # the group servers' deltas follow the same schedule
+    for row in ex[ex["flushed"] == 0]:
+        e = row["forwarded"] // (2 * ipe) + 1
+        assert row["ratio"] == pytest.approx(ratio_schedule(e, row["speed_rank"], 2)[0])
+        lo, hi = _c_bounds(e, [row["speed_rank"]])
+        assert lo <= row["bytes_sent"] / row["bytes_dense"] <= hi
+
+
+@pytest.mark.parametrize("ranks,flags,field", [
+    (5, ("--groups", "3"), "groups"),
+    (6, ("--groups", "2", "--group-assignment", "0;1"), "group_assignment"),
+])
+def test_bad_layouts_are_one_line_errors(tmp_path, ranks, flags, field):
+    job = train(ranks, tmp_path / "run", "--paradigm", "gssp", *flags, check=False, timeout=120)
+    assert job.returncode != 0
+    errors = [line for line in job.output.splitlines() if line.startswith("mpips: error:")]
+    assert len(errors) == 1 and f"invalid {field}=" in errors[0], job.output[-2000:]
+    assert "Traceback" not in job.output

@@ -1,0 +1,108 @@
+"""LB-BSP under real MPI: BSP's oracle with uneven batches, balanced rounds,
+what the log holds, accuracy, and a bad global batch refused at set-up."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import train
+from mpips.config import Config
+from mpips.data import WorkerShard, load_dataset
+from mpips.models import build_model
+
+SLOW = "1,1,2,4"
+
+
+def uneven_sgd_oracle(config: Config, batches: np.ndarray) -> np.ndarray:
+    """One process, SGD on the concatenation of the workers' batches each
+    round; batches[r, i] = samples of worker i in round r."""
+    data = load_dataset(config)
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, data.input_shape, data.num_classes)
+    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    workers = batches.shape[1]
+    shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
+    for sizes in batches:
+        parts = [shard.next_batch(int(n)) for shard, n in zip(shards, sizes)]
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(torch.cat([p[0] for p in parts])),
+                                                 torch.cat([p[1] for p in parts]))
+        loss.backward()
+        opt.step()
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+
+
+def per_round(log, column: str) -> np.ndarray:
+    """(rounds, workers) table of an iterations column, indexed by clock."""
+    it = log.iterations
+    out = np.full((it["clock"].max() + 1, log.layout["workers"]), np.nan)
+    out[it["clock"], it["worker"]] = it[column]
+    return out
+
+
+def finish_spreads(log, skip: int) -> np.ndarray:
+    """Per round (after the first `skip`): latest minus earliest push end."""
+    it = log.iterations
+    end = np.full((it["clock"].max() + 1, log.layout["workers"]), np.nan)
+    end[it["clock"], it["worker"]] = it["start"] + it["wait"] + it["pull"] + it["compute"] + it["push"]
+    return (end.max(axis=1) - end.min(axis=1))[skip:]
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    """The MLP on digits, X = 256 split over slowdowns 1,1,2,4, NARX predictor."""
+    return train(5, tmp_path_factory.mktemp("lbbsp"), "--paradigm", "lbbsp", "--global-batch", "256",
+                 "--slowdown", SLOW, "--predictor", "narx", "--epochs", "20", "--lr", "0.1",
+                 "--eval-every", "5").log
+
+
+def test_uneven_rounds_equal_single_process_sgd(digits_run):
+    batches = per_round(digits_run, "batch").astype(np.int64)
+    assert (batches.sum(axis=1) == 256).all()
+    assert len(set(map(tuple, batches))) > 5, "the split never changed"
+    got = digits_run.final_params()
+    expected = uneven_sgd_oracle(Config(**digits_run.config), batches)
+    diff = np.abs(got - expected).max()
+    assert diff < 1e-5, f"LB-BSP differs from single-process SGD on the rounds' samples by {diff}"
+
+
+def test_slow_workers_get_smaller_batches_and_it_is_logged(digits_run):
+    batches = per_round(digits_run, "batch")[5:]
+    median = np.median(batches, axis=0)
+    assert median[0] > 2 * median[3] and median[1] > 2 * median[3], median
+    rounds = len(batches) + 5
+    speed = digits_run.events("lbbsp_speed")
+    assert len(speed) == 4 * rounds
+    assert all(np.isfinite(e["actual"]) and e["next"] > 0 for e in speed)
+    assert sum(np.isfinite(e["predicted"]) for e in speed) == 4 * (rounds - 1)
+    spreads = digits_run.events("lbbsp_round")
+    assert [e["round"] for e in spreads] == list(range(rounds - 1))
+    assert all(e["spread"] >= 0 and sum(e["batches"]) == 256 for e in spreads)
+
+
+def test_lbbsp_reaches_90_percent(digits_run):
+    s = digits_run.summary()
+    assert s["final_accuracy"] >= 0.90
+    assert s["max_staleness"] == 0 and s["max_clock_gap"] == 0
+
+
+def test_rounds_end_closer_together_than_under_bsp(tmp_path_factory):
+    # LeNet-5, whose compute grows with the batch (the MLP's is mostly a fixed
+    # cost per iteration here, which no split can balance): global batch 512.
+    common = ["--model", "lenet5", "--slowdown", SLOW, "--iterations", "30", "--lr", "0.05",
+              "--eval-every", "100"]
+    bsp = train(5, tmp_path_factory.mktemp("bsp"), "--paradigm", "bsp", "--batch-size", "128", *common).log
+    lb = train(5, tmp_path_factory.mktemp("lb"), "--paradigm", "lbbsp", "--global-batch", "512",
+               *common).log
+    bsp_spread = np.median(finish_spreads(bsp, skip=5))
+    lb_spread = np.median(finish_spreads(lb, skip=5))
+    assert lb_spread < 0.5 * bsp_spread, (lb_spread, bsp_spread)
+
+
+def test_infeasible_global_batch_is_one_line_at_setup(tmp_path):
+    job = train(5, tmp_path / "run", "--paradigm", "lbbsp", "--global-batch", "3", check=False)
+    assert job.returncode != 0
+    errors = [line for line in job.output.splitlines() if line.startswith("mpips: error:")]
+    assert len(errors) == 1 and "global_batch=3" in errors[0] and "number of workers" in errors[0]
+    assert "Traceback" not in job.output

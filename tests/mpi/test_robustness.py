@@ -1,0 +1,96 @@
+"""Failures end the job quickly with a clear message; bad input is one line; logs survive kills."""
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import h5py
+import pytest
+
+from conftest import MPI_ENV, MPIEXEC, mpiexec, train
+
+
+def test_worker_exception_aborts_the_whole_job(tmp_path):
+    start = time.monotonic()
+    job = train(5, tmp_path / "run", "--paradigm", "bsp", "--epochs", "50",
+                "--fail-at", "2:3", check=False)
+    elapsed = time.monotonic() - start
+    assert job.returncode != 0
+    assert "injected failure (fail_at) at worker 2 iteration 3" in job.output
+    assert "aborting the job" in job.output
+    # 50 epochs would take minutes; the abort ends it long before (generous: 2 cores, shared)
+    assert elapsed < 120
+
+
+def _write_idx(path, magic, dims, payload: bytes):
+    with open(path, "wb") as fh:
+        fh.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + payload)
+
+
+def _bad_mnist(tmp_path):
+    d = tmp_path / "mnist"
+    d.mkdir()
+    _write_idx(d / "train-images-idx3-ubyte", 0x0803, (10, 28, 28), bytes(10 * 784))
+    _write_idx(d / "train-labels-idx1-ubyte", 0x0801, (10,), bytes(10))
+    _write_idx(d / "t10k-images-idx3-ubyte", 0x0803, (5, 28, 28), bytes(100))  # truncated
+    _write_idx(d / "t10k-labels-idx1-ubyte", 0x0801, (5,), bytes(5))
+    return d
+
+
+@pytest.mark.parametrize("case", [
+    ("unknown paradigm", 5, ["--paradigm", "bogus"], "paradigm", "allowed: bsp, asp, ssp"),
+    ("negative staleness", 5, ["--staleness", "-1"], "staleness", "integer >= 0"),
+    ("more servers than ranks", 3, ["--servers", "4"], "servers", "must be <"),
+    ("zero workers", 2, ["--servers", "2"], "servers", "must be <"),
+    ("workers mismatch", 3, ["--workers", "5"], "workers", "must equal"),
+    ("missing data dir", 3, ["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], "data_dir",
+     "no such directory"),
+    ("malformed mnist", 3, ["--dataset", "mnist", "--data-dir", "MNIST"], "t10k-images-idx3-ubyte", ""),
+    ("bad slowdown", 3, ["--slowdown", "1,x"], "slowdown", "factors"),
+    ("not a number", 3, ["--lr", "fast"], "lr", "float"),
+], ids=lambda c: c[0])
+def test_bad_input_is_one_line_naming_the_field(tmp_path, case):
+    _, n, flags, field, allowed = case
+    flags = [str(_bad_mnist(tmp_path)) if f == "MNIST" else f for f in flags]
+    p = mpiexec(n, ["-m", "mpips", "train", "--run-dir", str(tmp_path / "run"), *flags], timeout=120)
+    out = p.stdout.replace("\x00", "")
+    assert p.returncode != 0
+    errors = [line for line in out.splitlines() if line.startswith("mpips: error:")]
+    assert len(errors) == 1, out
+    assert field in errors[0] and allowed in errors[0], errors[0]
+    assert "Traceback" not in out
+
+
+def test_killed_run_leaves_a_readable_log(tmp_path):
+    run = tmp_path / "run"
+    cmd = [MPIEXEC, "-n", "3", sys.executable, "-m", "mpips", "train", "--run-dir", str(run),
+           "--paradigm", "ssp", "--epochs", "400", "--log-flush-seconds", "0.5"]
+    p = subprocess.Popen(cmd, env={**os.environ, **MPI_ENV}, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        rows = 0
+        while time.monotonic() < deadline and rows < 200:
+            time.sleep(1)
+            try:
+                with h5py.File(run / "rank-2.h5", "r", swmr=True) as f:
+                    rows = f["iterations"].shape[0]
+            except (OSError, KeyError):
+                pass
+        assert rows >= 200, "the run did not log iterations in time"
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    from mpips.log import RunLog
+
+    log = RunLog(str(run))
+    assert log.status == "incomplete"
+    it = log.iterations
+    assert len(it) >= 200
+    for w in (0, 1):
+        its = it[it["worker"] == w]["iteration"]
+        assert (its == range(len(its))).all(), "rows up to the last flush, in order, none lost"

@@ -1,0 +1,67 @@
+import pytest
+
+from mpips.config import Config, ConfigError, load
+from mpips.layout import make_layout
+
+
+def test_defaults_validate():
+    c = Config()
+    assert c.paradigm == "ssp" and c.staleness == 3
+
+
+@pytest.mark.parametrize("overrides, field, allowed", [
+    ({"paradigm": "bogus"}, "paradigm", "allowed: bsp, asp, ssp, dssp"),
+    ({"staleness": -1}, "staleness", "integer >= 0"),
+    ({"servers": 0}, "servers", "integer >= 1"),
+    ({"staleness_low": 5, "staleness_high": 2}, "staleness_high", ">= staleness_low"),
+    ({"lr": 0}, "lr", "> 0"),
+    ({"momentum": 1.0}, "momentum", "[0.0, 1.0)"),
+    ({"optimizer": "rmsprop"}, "optimizer", "allowed: sgd, adam"),
+    ({"slowdown": "1,0.5"}, "slowdown", ">= 1"),
+    ({"dataset": "mnist"}, "data_dir", "needs --data-dir"),
+    ({"batch_size": "16.5"}, "batch_size", "int"),
+    ({"no_such_setting": 1}, "no_such_setting", "unknown setting"),
+])
+def test_bad_values_name_the_field_and_what_is_allowed(overrides, field, allowed):
+    with pytest.raises(ConfigError) as e:
+        load(overrides=overrides)
+    msg = str(e.value)
+    assert e.value.field == field and field in msg and allowed in msg
+    assert "\n" not in msg
+
+
+def test_yaml_then_flags(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text("paradigm: bsp\nbatch-size: 32\nlr: 0.2\nnesterov: true\n")
+    c = load(str(p), {"lr": "0.3"})
+    assert (c.paradigm, c.batch_size, c.lr, c.nesterov) == ("bsp", 32, 0.3, True)
+
+
+@pytest.mark.parametrize("text, why", [("[1, 2]", "mapping"), ("a: [", "not valid YAML")])
+def test_bad_yaml_is_one_line(tmp_path, text, why):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=why):
+        load(str(p))
+
+
+def test_missing_yaml_file():
+    with pytest.raises(ConfigError, match="cannot read"):
+        load("/nonexistent/run.yaml")
+
+
+def test_layout_from_world_size():
+    lay = make_layout(Config(servers=2), 6)
+    assert (lay.servers, lay.workers, lay.server_ranks, lay.worker_ranks) == (2, 4, [0, 1], [2, 3, 4, 5])
+    assert lay.role(1) == ("server", 1) and lay.role(3) == ("worker", 1)
+
+
+@pytest.mark.parametrize("cfg, size, field", [
+    (dict(servers=5), 5, "servers"),
+    (dict(workers=3), 5, "workers"),
+    (dict(paradigm="gssp", groups=3), 5, "groups"),
+])
+def test_impossible_layouts(cfg, size, field):
+    with pytest.raises(ConfigError) as e:
+        make_layout(Config(**cfg), size)
+    assert e.value.field == field

@@ -1,0 +1,194 @@
+"""LB-BSP without MPI: replicas of the paradigm, one per worker as in a real
+run, driven through rounds on a constructed control table, must compute the
+same split every round, even when fast workers publish for the next round
+before slow ones have read this one."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mpips.balance import allocate
+from mpips.config import Config, ConfigError
+from mpips.paradigms import make_paradigm
+from mpips.paradigms import lbbsp as lbbsp_module
+from mpips.paradigms.base import ClusterView
+from mpips.paradigms.lbbsp import published, round_push_times
+
+
+@pytest.fixture(autouse=True)
+def fixed_utilisation(monkeypatch):
+    # The machine's load must not make replicas (or reruns) differ.
+    monkeypatch.setattr(lbbsp_module, "utilisation", lambda: (0.5, 0.3))
+
+
+def lbbsp(workers=4, **kw):
+    return make_paradigm(Config(paradigm="lbbsp", **kw), workers)
+
+
+class Cluster:
+    """W paradigm replicas over one control table (clocks, applied counts,
+    push times, extras), advanced the way the runtime does it."""
+
+    def __init__(self, workers, seconds, **config):
+        self.w = workers
+        self.seconds = seconds                  # (worker, round, batch) -> compute seconds
+        self.replicas = [lbbsp(workers, **config) for _ in range(workers)]
+        self.clocks = np.zeros(workers, np.int64)
+        self.applied = np.zeros(workers, np.int64)
+        self.push_times = np.full((workers, 2), math.nan)
+        self.extras = np.zeros((workers, 4))
+        self.now = 0.0
+        self.splits = []                        # per round: the split each worker computed
+        self.stale_would_differ = 0             # rounds where reading the newest pair would not agree
+
+    def view(self):
+        w = self.w
+        return ClusterView(now=self.now, clocks=self.clocks.copy(), applied=self.applied.copy(),
+                           push_times=self.push_times.copy(), iter_times=np.full(w, math.nan),
+                           batch_sizes=np.zeros(w, np.int64), done=np.zeros(w, bool),
+                           updates=int(self.applied.sum()), extras=self.extras.copy())
+
+    def start(self, i, c):
+        view = self.view()
+        p = self.replicas[i]
+        assert p.gate(i, view).ok
+        batch = p.batch_size(i, view)
+        split = p.split(view, c)
+        assert batch == split[i]
+        newest = np.where((self.clocks == c + 1)[:, None], self.extras[:, [2 * ((c + 1) % 2)]],
+                          self.extras[:, [2 * (c % 2)]])[:, 0]
+        if c >= 1 and not np.array_equal(allocate(p.total, newest, p.cap), split):
+            self.stale_would_differ += 1
+        return batch, split
+
+    def finish(self, i, c, batch):
+        t = self.seconds(i, c, batch)
+        self.now += t
+        p = self.replicas[i]
+        event = p.measured(i, clock=c, batch=batch, compute=t)
+        assert event["kind"] == "lbbsp_speed" and event["round"] == c
+        self.extras[i, :] = 0.0
+        self.extras[i, :len(p.extras(i, c + 1))] = p.extras(i, c + 1)
+        self.clocks[i] += 1
+        self.push_times[i] = [self.now, self.push_times[i, 0]]
+
+    def round(self, c, rng):
+        """Round c: a random half of the workers starts and finishes (and
+        publishes for round c+1) before the others read the view."""
+        order = rng.permutation(self.w)
+        early = order[: self.w // 2]
+        splits = {}
+        for i in early:
+            batch, splits[i] = self.start(i, c)
+            self.finish(i, c, batch)
+        late = [(i, *self.start(i, c)) for i in order[self.w // 2:]]
+        for i, batch, split in late:
+            splits[i] = split
+            self.finish(i, c, batch)
+        self.applied = self.clocks.copy()       # the server applies the complete round
+        self.splits.append(np.array([splits[i] for i in range(self.w)]))
+
+
+def linear_time(speeds, rng, noise=0.2):
+    """Compute seconds = batch / speed, the speed varying by `noise` each round."""
+    jitter = {}
+
+    def seconds(i, c, batch):
+        key = (i, c)
+        if key not in jitter:
+            jitter[key] = 1.0 + noise * rng.uniform(-1, 1)
+        return batch / (speeds[i] * jitter[key])
+    return seconds
+
+
+@pytest.mark.parametrize("predictor", ["ewma", "narx"])
+@pytest.mark.parametrize("refine", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_every_worker_computes_the_same_split(predictor, refine, seed):
+    rng = np.random.default_rng(seed)
+    cluster = Cluster(4, linear_time([4000, 4000, 2000, 1000], rng), predictor=predictor,
+                      global_batch=256, lbbsp_refine=refine, seed=seed)
+    for c in range(30):
+        cluster.round(c, rng)
+    for c, splits in enumerate(cluster.splits):
+        assert (splits == splits[0]).all(), f"round {c}: workers disagree:\n{splits}"
+        assert splits[0].sum() == 256 and (splits[0] >= 1).all()
+    # The set-up really tests the parity slots: reading each worker's newest
+    # prediction instead would have given a different split in some rounds.
+    assert cluster.stale_would_differ > 0
+
+
+def test_round_zero_is_even_and_the_split_follows_speeds():
+    rng = np.random.default_rng(0)
+    speeds = np.array([4000, 4000, 2000, 1000])
+    cluster = Cluster(4, linear_time(speeds, rng, noise=0.0), global_batch=220)
+    for c in range(5):
+        cluster.round(c, rng)
+    assert cluster.splits[0][0].tolist() == [55, 55, 55, 55]
+    assert cluster.splits[-1][0].tolist() == allocate(220, speeds).tolist() == [80, 80, 40, 20]
+
+
+def test_refiner_balances_time_that_is_not_linear_in_batch():
+    # compute seconds = a_i * batch^1.5: a speed-proportional split is off;
+    # the replicated refiner brings the compute times within its epsilon.
+    a = np.array([1e-5, 1.5e-5, 3e-5, 6e-5])
+    rng = np.random.default_rng(1)
+    cluster = Cluster(4, lambda i, c, b: a[i] * b ** 1.5, global_batch=512, lbbsp_refine=True)
+    for c in range(60):
+        cluster.round(c, rng)
+    final = cluster.splits[-1][0]
+    t = a * final ** 1.5
+    assert (t.max() - t.min()) / t.max() <= 0.05
+    t_linear = a * allocate(512, 1.0 / a) ** 1.5          # the first, predicted split
+    assert (t_linear.max() - t_linear.min()) / t_linear.max() > 0.2
+    assert all((s == s[0]).all() for s in cluster.splits)
+
+
+def test_push_weights_are_batch_over_global_batch():
+    p = lbbsp(global_batch=100)
+    scales = [p.push(i, None, batch_size=b, read_updates=0, read_path_length=0.0).scale
+              for i, b in enumerate([10, 20, 30, 40])]
+    assert scales == pytest.approx([0.1, 0.2, 0.3, 0.4]) and sum(scales) == pytest.approx(1.0)
+
+
+def test_global_batch_defaults_and_sets_the_epoch():
+    p = lbbsp(batch_size=16)
+    assert p.total == 64 and p.iterations_per_epoch(1438) == 1438 // 64
+    assert lbbsp(global_batch=500).iterations_per_epoch(1438) == 2
+
+
+@pytest.mark.parametrize("kw, needle", [({"global_batch": 3}, "number of workers"),
+                                        ({"global_batch": 100, "batch_cap": 20}, "batch_cap")])
+def test_infeasible_global_batch_fails_at_construction(kw, needle):
+    with pytest.raises(ConfigError) as e:
+        lbbsp(**kw)
+    assert e.value.field == "global_batch" and needle in str(e.value)
+
+
+def test_round_event_reports_the_spread_of_push_times():
+    rng = np.random.default_rng(2)
+    cluster = Cluster(4, linear_time([4000, 4000, 2000, 1000], rng), global_batch=64)
+    cluster.round(0, rng)
+    # worker 3 already finished round 1 too: its round-0 push is its previous one
+    round0 = cluster.push_times[:, 0].copy()
+    view = cluster.view()
+    cluster.finish(3, 1, int(cluster.replicas[3].batch_size(3, view)))
+    view = cluster.view()
+    assert np.array_equal(round_push_times(view, 0), round0)
+    gate = cluster.replicas[0].gate(0, view)
+    assert gate.ok and gate.event["kind"] == "lbbsp_round" and gate.event["round"] == 0
+    assert gate.event["spread"] == pytest.approx(round0.max() - round0.min())
+    assert gate.event["batches"] == [16, 16, 16, 16]
+    assert gate.event["compute"] == published(view, 1)[1].tolist()
+    assert cluster.replicas[1].gate(1, view).event is None      # worker 0 logs it alone
+
+
+def test_speed_event_pairs_prediction_with_measurement():
+    p = lbbsp()
+    first = p.measured(2, clock=0, batch=16, compute=0.01)
+    assert first["actual"] == pytest.approx(1600) and math.isnan(first["predicted"])
+    second = p.measured(2, clock=1, batch=32, compute=0.01)
+    assert second["predicted"] == pytest.approx(first["next"]) and second["actual"] == pytest.approx(3200)
+    assert (second["cpu"], second["mem"]) == (0.5, 0.3)

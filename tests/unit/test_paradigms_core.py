@@ -1,0 +1,63 @@
+"""BSP, ASP and SSP decisions on hand-made views (no MPI)."""
+import numpy as np
+import pytest
+
+from mpips.config import Config
+from mpips.paradigms import ClusterView, make_paradigm
+from mpips.paradigms.bsp import round_complete
+
+
+def view(clocks, applied=None, done=None):
+    clocks = np.array(clocks)
+    n = len(clocks)
+    return ClusterView(now=1.0, clocks=clocks, applied=np.array(applied if applied is not None else clocks),
+                       push_times=np.full((n, 2), np.nan), iter_times=np.full(n, np.nan),
+                       batch_sizes=np.full(n, 16), done=np.array(done or [False] * n), updates=0)
+
+
+@pytest.mark.parametrize("s", [0, 1, 3])
+def test_ssp_gate_is_exactly_the_bound(s):
+    p = make_paradigm(Config(paradigm="ssp", staleness=s), 4)
+    for c0 in range(0, 8):
+        v = view([c0, 2, 5, 4])
+        assert p.gate(0, v).ok == (c0 - 2 <= s)
+
+
+def test_ssp_waits_for_its_own_push_to_be_applied():
+    p = make_paradigm(Config(paradigm="ssp", staleness=3), 2)
+    g = p.gate(0, view([3, 3], applied=[2, 3]))
+    assert not g.ok and g.waiting_for == (0,)
+
+
+def test_ssp_names_the_laggards():
+    p = make_paradigm(Config(paradigm="ssp", staleness=1), 4)
+    g = p.gate(0, view([5, 3, 2, 5]))
+    assert not g.ok and g.waiting_for == (1, 2)
+
+
+def test_done_workers_do_not_block():
+    p = make_paradigm(Config(paradigm="ssp", staleness=0), 2)
+    assert p.gate(0, view([7, 4], done=[False, True])).ok
+
+
+def test_bsp_gate_and_rounds():
+    p = make_paradigm(Config(paradigm="bsp"), 3)
+    assert p.gate(0, view([1, 1, 1])).ok
+    assert not p.gate(0, view([1, 1, 0])).ok
+    assert not p.gate(0, view([1, 1, 1], applied=[1, 1, 0])).ok
+    assert p.synchronous(view([0, 0, 0]))
+    assert not round_complete(view([1, 1, 0]), np.zeros(3, int))
+    assert round_complete(view([1, 1, 1]), np.zeros(3, int))
+
+
+def test_asp_always_goes_and_applies_any_push():
+    p = make_paradigm(Config(paradigm="asp"), 3)
+    assert p.gate(0, view([100, 0, 0])).ok
+    assert p.server_ready(view([1, 0, 0]), np.zeros(3, int))
+    assert not p.server_ready(view([1, 0, 0]), np.array([1, 0, 0]))
+
+
+def test_pushes_are_scaled_one_over_w():
+    for name in ("bsp", "asp", "ssp"):
+        p = make_paradigm(Config(paradigm=name), 4)
+        assert p.push(0, view([0] * 4), batch_size=16, read_updates=0, read_path_length=0).scale == 0.25

@@ -1,0 +1,91 @@
+"""Waiting, heterogeneity and the log writer/reader, without MPI."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from mpips.config import Config, ConfigError
+from mpips.hetero import Slowdown, parse_stragglers
+from mpips.log import RankLog, RunLog, write_run_end, write_run_header
+from mpips.wait import StallError, wait_until
+
+
+def test_wait_returns_when_ready():
+    calls = iter([False, False, True])
+    waited = wait_until(lambda: next(calls), what="x", describe=lambda: "-", warn=10, timeout=10)
+    assert waited > 0
+
+
+def test_wait_times_out_naming_what_it_waited_for(capsys):
+    with pytest.raises(StallError, match="waiting for worker 3 = rank 4"):
+        wait_until(lambda: False, what="gate", describe=lambda: "worker 3 = rank 4 (clock 7)",
+                   warn=0.05, timeout=0.2)
+    assert "waiting" in capsys.readouterr().err
+
+
+def test_wait_polls_with_backoff_not_spinning():
+    n = [0]
+
+    def ready():
+        n[0] += 1
+        return False
+
+    with pytest.raises(StallError):
+        wait_until(ready, what="x", describe=lambda: "-", warn=1, timeout=0.3)
+    assert n[0] < 3000  # a spin would poll millions of times in 0.3 s
+
+
+def test_slowdown_persistent_and_transient():
+    cfg = Config(slowdown="1,2,1", straggler="2:5:3:4")
+    assert Slowdown(cfg, 1, 3, 100).factor(0) == 2
+    s = Slowdown(cfg, 2, 3, 100)
+    assert [s.factor(i) for i in (4, 5, 7, 8)] == [1, 4, 4, 1]
+
+
+def test_random_stragglers_repeat_from_the_seed():
+    cfg = Config(random_stragglers="0.05:10:3", seed=7)
+    a = Slowdown(cfg, 1, 4, 500).straggles
+    assert a and a == Slowdown(cfg, 1, 4, 500).straggles
+    assert a != Slowdown(Config(random_stragglers="0.05:10:3", seed=8), 1, 4, 500).straggles
+
+
+@pytest.mark.parametrize("text", ["3:1:1", "9:0:1:2", "x:1:1:1", "1:0:0:2"])
+def test_bad_stragglers(text):
+    with pytest.raises(ConfigError, match="straggler"):
+        parse_stragglers(text, 4)
+
+
+def test_slowdown_needs_one_factor_per_worker():
+    with pytest.raises(ConfigError, match="one factor per worker"):
+        Slowdown(Config(slowdown="1,2"), 0, 3, 10)
+
+
+def test_log_roundtrip(tmp_path):
+    run = str(tmp_path)
+    write_run_header(run, config=Config(paradigm="asp").to_dict(),
+                     layout={"servers": 1, "group_servers": 0, "workers": 1}, versions={}, ranks=[0, 1])
+    server, worker = RankLog(os.path.join(run, "rank-0.h5"), 0), RankLog(os.path.join(run, "rank-1.h5"), 1)
+    for i in range(3):
+        worker.row("iterations", 0, i, i, 0, 0.1 * i, 0.0, 0.01, 0.02, 0.0, 0.01, 16, 1.0, 1.0, i, np.nan,
+                   np.nan, 100, 100, 1.5, 0)
+        server.row("applies", 0, 0.1 * i + 0.05, 0.0, 0.001, 1, i + 1, i + 1, 0.5, 0.1, 0.9)
+    server.row("evaluations", 0.3, 3.0, 3, 3, 0.5, 0.75)
+    worker.event(0.2, "rejected_push", worker=0, iteration=9, reason="nan")
+    for log in (server, worker):
+        log.close()
+    write_run_end(run, wall_seconds=0.4, final_params=np.ones(5, np.float32))
+    r = RunLog(run)
+    s = r.summary()
+    assert s["paradigm"] == "asp" and s["status"] == "finished"
+    assert s["updates"] == 3 and s["iterations"] == 3 and s["max_staleness"] == 2
+    assert s["final_accuracy"] == pytest.approx(0.75)
+    assert r.events("rejected_push")[0]["iteration"] == 9
+    assert r.final_params().tolist() == [1.0] * 5
+    assert r.time_to_accuracy(0.7) == pytest.approx(0.3) and r.time_to_accuracy(0.8) is None
+    json.dumps(s)
+
+
+def test_not_a_run_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no run log"):
+        RunLog(str(tmp_path))
