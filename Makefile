@@ -14,7 +14,7 @@ export OMPI_MCA_osc := ^ucx
 MPIEXEC := $(VENV)/bin/mpiexec
 PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
 
-.PHONY: install demo test test-unit test-mpi test-slurm bench clean
+.PHONY: install demo test test-unit test-mpi test-slurm bench compare clean
 
 install: $(VENV)/.installed
 
@@ -42,6 +42,18 @@ test-mpi: install
 
 test-slurm: install
 	$(PYTEST) tests/slurm
+
+# Measured comparisons; each writes benchmarks/results/<name>.json and .md (benchmarks/README.md).
+bench: install
+	$(PY) benchmarks/data_plane.py
+	$(PY) benchmarks/control_plane.py
+	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/vs_ddp.py
+
+# Every paradigm on the same job, heterogeneous and homogeneous cluster: the table
+# and figures in benchmarks/results/paradigms.md and paradigms/ (README, Results).
+compare: install
+	$(PY) benchmarks/paradigms.py
 
 clean:
 	rm -rf runs .pytest_cache

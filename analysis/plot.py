@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from analysis.summarize import find_runs, heterogeneity  # noqa: E402
+from analysis.summarize import find_runs, heterogeneity, paradigm_label  # noqa: E402
 from mpips.config import PARADIGMS  # noqa: E402
 from mpips.log import RunLog  # noqa: E402
 from mpips.paradigms.base import MODE_ASP, MODE_BSP  # noqa: E402
@@ -74,9 +74,12 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
             ev = log.evaluations
             if not len(ev):
                 continue
-            label = log.paradigm if log.paradigm not in labelled else None
-            labelled.add(log.paradigm)
-            style = dict(color=colour(log.paradigm), lw=1.6, marker="o", ms=2.5, alpha=0.9, label=label)
+            name = paradigm_label(log.config)
+            label = name if name not in labelled else None
+            labelled.add(name)
+            # a compressed variant shares its paradigm's colour, dashed
+            style = dict(color=colour(log.paradigm), lw=1.6, marker="o", ms=2.5, alpha=0.9, label=label,
+                         ls="-" if name == log.paradigm else "--")
             acc.plot(ev["time"], ev["accuracy"], **style)
             loss.plot(ev["time"], ev["loss"], **style)
         if target is not None:
@@ -157,7 +160,7 @@ def timeline_figure(log: RunLog, path: str, window: tuple[float, float] | None =
     fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 2.2 + 1.3 * rows))
     _draw_timeline(whole, log, 0.0, float(_ends(it).max()))
     whole.axvspan(lo, hi, color="black", alpha=0.08, lw=0)
-    whole.set_title(f"{log.name}: {log.paradigm}, {heterogeneity(log.config)} (whole run; "
+    whole.set_title(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config)} (whole run; "
                     f"shaded: the window below)", fontsize=10)
     _draw_timeline(zoom, log, lo, hi)
     zoom.set_title(f"{lo:.2f} s to {hi:.2f} s", fontsize=9)
@@ -181,15 +184,18 @@ def staleness_figure(logs: list[RunLog], path: str) -> str:
     for ax, log in zip(axes.flat, logs):
         it = log.iterations
         s = it["staleness"]
-        ax.set_title(f"{log.name} ({log.paradigm})", fontsize=9)
+        ax.set_title(f"{log.name} ({paradigm_label(log.config)})", fontsize=9)
         if not len(s):
+            ax.text(0.5, 0.5, "no iterations logged", transform=ax.transAxes, ha="center")
+            ax.set_axis_off()
             continue
         top = max(5, int(np.ceil(np.percentile(s, 99.5))))
         bins = np.arange(top + 2) - 0.5
         ax.hist(np.minimum(s, top), bins=bins, color=colour(log.paradigm), alpha=0.8, label="iteration")
-        v = it["value_staleness"][np.isfinite(it["value_staleness"])]
-        if len(v):
-            ax.hist(np.minimum(v, top), bins=bins, histtype="step", color="black", label="value")
+        column, measure = value_staleness_column(it)
+        if column:
+            v = it[column][np.isfinite(it[column])]
+            ax.hist(np.minimum(v, top), bins=bins, histtype="step", color="black", label=f"value ({measure})")
             ax.legend(fontsize=7, loc="center right")
         ax.set_yscale("log")
         ax.set_xlim(bins[0], bins[-1])
@@ -204,17 +210,29 @@ def staleness_figure(logs: list[RunLog], path: str) -> str:
 
 
 # paradigm dynamics ----------------------------------------------------------
+def _is_mode(event: dict) -> bool:
+    """A Sync-Switch switch: an event with a 'mode' field or a kind naming a switch."""
+    return "mode" in event or "switch" in event["kind"]
+
+
 def _mode_events(log: RunLog) -> list[dict]:
-    """Sync-Switch's switches: events with a 'mode' field or a kind naming a
-    switch, each given a printable `mode_name`."""
+    """The switches, each given a printable `mode_name`."""
     out = []
-    for e in log.events():
-        if "mode" in e or "switch" in e["kind"]:
-            mode = e.get("mode", e.get("to", e["kind"]))
-            if mode in (MODE_BSP, MODE_ASP):   # the control window's numeric flag
-                mode = "BSP" if mode == MODE_BSP else "ASP"
-            out.append({**e, "mode_name": str(mode).upper()})
+    for e in filter(_is_mode, log.events()):
+        mode = e.get("mode", e.get("to", e["kind"]))
+        if mode in (MODE_BSP, MODE_ASP):   # the control window's numeric flag
+            mode = "BSP" if mode == MODE_BSP else "ASP"
+        out.append({**e, "mode_name": str(mode).upper()})
     return out
+
+
+def value_staleness_column(it: np.ndarray) -> tuple[str | None, str]:
+    """The iterations column holding value staleness, where measured: the
+    exact distance if logged, else its cheap upper bound."""
+    for column, measure in (("value_staleness", "exact"), ("value_staleness_bound", "path-length bound")):
+        if np.isfinite(it[column]).any():
+            return column, measure
+    return None, ""
 
 
 def _varies(values: np.ndarray) -> bool:
@@ -256,15 +274,17 @@ def dynamics_panels(log: RunLog) -> list:
             ax.set_ylim(-0.5, len(names) - 0.5)
         panels.append(("synchronization mode", draw))
 
-    if _varies(ap["lr"].astype(float)) or _varies(ap["momentum"].astype(float)):
+    s0 = ap[ap["server"] == 0]   # a global server (GSSP's group servers log applies too)
+    lr_varies, momentum_varies = _varies(s0["lr"].astype(float)), _varies(s0["momentum"].astype(float))
+    if lr_varies or momentum_varies:
         def draw(ax):
-            s0 = ap[ap["server"] == 0]
-            ax.plot(s0["time"], s0["lr"], color="black", lw=1, label="learning rate")
-            ax.set_ylabel("lr")
-            twin = ax.twinx()
-            twin.plot(s0["time"], s0["momentum"], color="tab:red", lw=1, label="momentum")
-            twin.set_ylabel("momentum", color="tab:red")
-            ax.legend(fontsize=7, loc="upper left")
+            if lr_varies:
+                ax.plot(s0["time"], s0["lr"], color="black", lw=1)
+                ax.set_ylabel("learning rate")
+            if momentum_varies:
+                twin = ax.twinx() if lr_varies else ax
+                twin.plot(s0["time"], s0["momentum"], color="tab:red", lw=1)
+                twin.set_ylabel("momentum", color="tab:red")
         panels.append(("server optimizer (server 0)", draw))
 
     if _varies(it["batch"].astype(float)):
@@ -285,17 +305,56 @@ def dynamics_panels(log: RunLog) -> list:
             ax.legend(fontsize=7, ncol=len(workers), loc="lower right", markerscale=3)
         panels.append(("learning-rate scale of each push", draw))
 
-    if np.isfinite(it["value_staleness"]).any():
+    column, measure = value_staleness_column(it)
+    if column:
         def draw(ax):
             for w in workers:
                 rows = it[it["worker"] == w]
-                ax.scatter(rows["start"], rows["value_staleness"], s=4, label=f"worker {w}")
+                ax.scatter(rows["start"], rows[column], s=4, label=f"worker {w}")
             ax.set_ylabel("value staleness")
             ax.legend(fontsize=7, ncol=len(workers), loc="upper right", markerscale=3)
-        panels.append(("value staleness of each push (in average updates)", draw))
+        panels.append((f"value staleness of each push ({measure}, in average updates)", draw))
+
+    speeds = [e for e in events if "predicted" in e and "actual" in e and "worker" in e]
+    if speeds:
+        def draw(ax):
+            for w in workers:
+                mine = [e for e in speeds if e["worker"] == w]
+                line, = ax.plot([e["time"] for e in mine], [e["actual"] for e in mine], lw=1,
+                                label=f"worker {w}")
+                ax.plot([e["time"] for e in mine], [e["predicted"] for e in mine], lw=1, ls="--",
+                        color=line.get_color())
+            ax.set_ylabel("samples/s")
+            ax.set_yscale("log")
+            ax.legend(fontsize=7, ncol=len(workers), loc="upper right")
+        panels.append(("speed of each worker: measured (solid) and predicted (dashed)", draw))
 
     groups = [e for e in events if "group" in e["kind"] and "groups" in e]
-    kinds = list(dict.fromkeys(e["kind"] for e in events if e["kind"] not in COMMON_EVENTS and "r_star" not in e))
+    exchanges = log.exchanges
+    if len(exchanges):
+        members = groups[-1]["groups"] if groups else []
+
+        def draw(ax):
+            for g in sorted(int(x) for x in np.unique(exchanges["group"])):
+                rows = exchanges[exchanges["group"] == g]
+                who = f" (workers {', '.join(map(str, members[g]))})" if g < len(members) else ""
+                ax.plot(rows["time"], rows["exchange"], lw=1.2, label=f"group {g}{who}")
+            ax.set_ylabel("exchanges so far")
+            ax.legend(fontsize=7, loc="upper left")
+        panels.append(("GSSP: exchanges of each group server with the global servers", draw))
+        if np.isfinite(exchanges["ratio"]).any():
+            def draw(ax):
+                for g in sorted(int(x) for x in np.unique(exchanges["group"])):
+                    rows = exchanges[exchanges["group"] == g]
+                    ax.plot(rows["time"], rows["bytes_sent"] / np.maximum(rows["bytes_dense"], 1),
+                            lw=1, label=f"group {g}: bytes sent / dense")
+                    ax.plot(rows["time"], rows["ratio"], ls="--", lw=1, label=f"group {g}: upload ratio c")
+                ax.set_yscale("log")
+                ax.legend(fontsize=7, ncol=2, loc="lower left")
+            panels.append(("GDTopK: upload ratio and bytes of each exchange", draw))
+    # the rest (GSSP's exchanges, LB-BSP's rounds, ...); r* and modes have their panels
+    kinds = list(dict.fromkeys(e["kind"] for e in events if e["kind"] not in COMMON_EVENTS
+                               and "r_star" not in e and not _is_mode(e)))
     if kinds:
         def draw(ax):
             for row, kind in enumerate(kinds):
@@ -322,8 +381,8 @@ def dynamics_figure(log: RunLog, path: str) -> str | None:
         ax.set_title(title, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("wall-clock time (s)")
-    fig.suptitle(f"{log.name}: {log.paradigm}, {heterogeneity(log.config)}", fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config)}", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     return _save(fig, path)
 
 

@@ -68,6 +68,12 @@ def layout_label(layout: dict) -> str:
     return f"{layout['servers']}+{layout.get('group_servers', 0)}+{layout['workers']}"
 
 
+def paradigm_label(config: dict) -> str:
+    """The paradigm, with its push compressor when it uses one (gssp+gdtopk)."""
+    compressor = config.get("compressor", "none")
+    return config["paradigm"] + (f"+{compressor}" if compressor != "none" else "")
+
+
 def heterogeneity(config: dict) -> str:
     """The emulated cluster in words, from the configuration."""
     parts = []
@@ -86,7 +92,7 @@ def run_row(log: RunLog, target: float) -> dict:
     reached = log.time_to_accuracy(target)
     return {
         "run": log.name,
-        "paradigm": log.paradigm,
+        "paradigm": paradigm_label(log.config),
         "layout": layout_label(log.layout),
         "heterogeneity": heterogeneity(log.config),
         "seed": log.config["seed"],

@@ -76,7 +76,7 @@ def machine() -> dict:
 
     return {"host": platform.node(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
             "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-            "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+            "mpi": MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 

@@ -32,7 +32,7 @@ def _set_clocks(control, clocks) -> None:
 
     for j, c in enumerate(clocks):
         control.write(control.worker_offset(j, W.CLOCK), [c])
-    control.write(control.server_offset(0, S.EXTRA2 + 1), clocks)
+    control.write(control.server_offset(0, len(S)), clocks)  # applied counts follow S (Server.publish)
     control.write(control.server_offset(0, S.PUSHES), [sum(clocks)])
 
 

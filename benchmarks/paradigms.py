@@ -33,13 +33,28 @@ CLUSTERS = {
 }
 
 
+# Runs beside each paradigm's defaults: name -> (paradigm, extra flags).
+VARIANTS = {"gssp-gdtopk": ("gssp", ["--compressor", "gdtopk"])}
+
+
+def setups(names: list[str]) -> list[tuple[str, str, list[str]]]:
+    """(name, paradigm, extra flags) of each paradigm or variant named."""
+    return [(n, *VARIANTS[n]) if n in VARIANTS else (n, n, []) for n in names]
+
+
+def default_setups() -> list[str]:
+    """Every available paradigm, and the variants of those."""
+    return available() + [v for v, (p, _) in VARIANTS.items() if p in available()]
+
+
 def ranks(paradigm: str) -> int:
     """Servers + workers, + one group server per group under GSSP."""
     return SERVERS + WORKERS + (Config().groups if paradigm == "gssp" else 0)
 
 
 def train_flags(args, cluster: str, seed: int) -> list[str]:
-    return ["--servers", str(SERVERS), "--model", args.model, "--dataset", args.dataset,
+    data_dir = ["--data-dir", args.data_dir] if args.data_dir else []
+    return ["--servers", str(SERVERS), "--model", args.model, "--dataset", args.dataset, *data_dir,
             "--epochs", str(args.epochs), "--lr", str(args.lr), "--batch-size", str(args.batch_size),
             "--eval-every", str(args.eval_every), "--seed", str(seed), *CLUSTERS[cluster]]
 
@@ -57,11 +72,11 @@ def run_all(args) -> tuple[list[str], list[str]]:
     done, failed = [], []
     for seed in args.seeds:
         for cluster in args.clusters:
-            for paradigm in args.paradigms:
-                run_dir = os.path.join(args.runs, f"{cluster[:3]}-{paradigm}-s{seed}")
+            for name, paradigm, extra in setups(args.paradigms):
+                run_dir = os.path.join(args.runs, f"{cluster[:3]}-{name}-s{seed}")
                 shutil.rmtree(run_dir, ignore_errors=True)
                 cmd = ["-m", "mpips", "train", "--paradigm", paradigm, "--run-dir", run_dir,
-                       *train_flags(args, cluster, seed)]
+                       *train_flags(args, cluster, seed), *extra]
                 t = time.perf_counter()
                 try:
                     mpiexec(ranks(paradigm), cmd, timeout=args.timeout)
@@ -75,14 +90,16 @@ def run_all(args) -> tuple[list[str], list[str]]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--paradigms", type=lambda s: s.split(","), default=available(),
-                   help="comma-separated (default: every available one)")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--paradigms", type=lambda s: s.split(","), default=default_setups(),
+                   help=f"comma-separated paradigms or variants ({', '.join(VARIANTS)}); "
+                        f"default: every available one and its variants")
     p.add_argument("--clusters", type=lambda s: s.split(","), default=list(CLUSTERS),
                    help=f"comma-separated, of {', '.join(CLUSTERS)}")
     p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0])
     p.add_argument("--model", default="mlp")
     p.add_argument("--dataset", default="digits")
+    p.add_argument("--data-dir", default="", help="for mnist and cifar10: where their files are")
     p.add_argument("--epochs", type=float, default=10.0)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--batch-size", type=int, default=16)

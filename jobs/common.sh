@@ -23,14 +23,15 @@
 #                      or pmi2 (MPICH) plugin, else it falls back to mpirun
 #   MPIPS_SRUN_MPI     the --mpi= plugin for srun (default: chosen from `srun --mpi=list`)
 #   MPIPS_MPIRUN_ARGS  extra arguments for mpirun/mpiexec
-#   MPIPS_REQUEUE      1 (default): after SIGUSR1 (#SBATCH --signal=B:USR1@T),
-#                      requeue the job if the training exits non-zero
+#   MPIPS_REQUEUE      1 (default): requeue the job when the training exits with
+#                      status 3 (checkpointed after SIGUSR1, not finished)
 #
-# SIGUSR1 protocol: Slurm signals this shell T seconds before the time limit;
-# the shell forwards USR1 to the launcher (mpirun passes it on to every rank).
-# The trainer is expected to checkpoint and exit non-zero if it has not
-# finished; the job is then requeued with the same SLURM_JOB_ID, hence the same
-# run directory, and resumes there.
+# SIGUSR1 protocol: Slurm signals this shell T seconds before the time limit
+# (#SBATCH --signal=B:USR1@T); the shell forwards USR1 to the launcher (mpirun
+# passes it on to every rank). The trainer writes a checkpoint and exits with
+# status 3 if it has not finished (0 if it has; see mpips/checkpoint.py); the
+# job is then requeued with the same SLURM_JOB_ID, hence the same run
+# directory, and resumes there from the checkpoint.
 
 _mpips_log() { echo "[mpips job] $*"; }
 _mpips_err() { echo "[mpips job] $*" >&2; }
@@ -104,10 +105,8 @@ mpips_srun_mpi() {
 }
 
 # --- launching ----------------------------------------------------------------
-_mpips_usr1=0
 _mpips_child=""
 _mpips_on_usr1() {
-    _mpips_usr1=1
     _mpips_log "SIGUSR1: forwarding to the launcher (pid ${_mpips_child:-none})"
     [ -n "$_mpips_child" ] && kill -USR1 "$_mpips_child" 2>/dev/null
 }
@@ -164,8 +163,8 @@ mpips_launch() {
     _mpips_child=""
     trap - USR1
     _mpips_log "launcher exited with status $rc"
-    if [ "$_mpips_usr1" = 1 ] && [ "$rc" != 0 ] && [ "${MPIPS_REQUEUE:-1}" = 1 ] &&
-       [ -n "${SLURM_JOB_ID:-}" ]; then
+    # 3 = mpips.checkpoint.PREEMPTED_EXIT; any other failure is not retried.
+    if [ "$rc" = 3 ] && [ "${MPIPS_REQUEUE:-1}" = 1 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
         _mpips_log "requeueing job $SLURM_JOB_ID to resume in the same run directory"
         scontrol requeue "$SLURM_JOB_ID"
     fi

@@ -153,6 +153,21 @@ class BatchRefiner:
         self.rounds = 0
         self._best: tuple[float, np.ndarray] | None = None   # (spread, batches) since reset
 
+    def state(self) -> dict:
+        """The search in progress, for a checkpoint."""
+        return {"step": self.step, "directions": self.directions, "converged": self.converged,
+                "settled": self.settled, "rounds": self.rounds,
+                "best": None if self._best is None else list(self._best)}
+
+    def load_state(self, state: dict) -> None:
+        self.step = state["step"]
+        d = state["directions"]
+        self.directions = None if d is None else np.asarray(d, dtype=np.int8)
+        self.converged, self.settled = bool(state["converged"]), bool(state["settled"])
+        self.rounds = int(state["rounds"])
+        b = state["best"]
+        self._best = None if b is None else (float(b[0]), np.asarray(b[1], dtype=np.int64))
+
     def spread(self, finish_times: Sequence[float]) -> float:
         """(max - min) / max of the finish times: 0 = perfectly balanced."""
         t = np.asarray(finish_times, dtype=float)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 import traceback
 
@@ -50,6 +51,9 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def cmd_train(args) -> int:
+    # SIGUSR1 (preemption) asks the trainer for a checkpoint; before it can
+    # take one, or once the run is finished, it must not kill the rank.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -59,12 +63,15 @@ def cmd_train(args) -> int:
     except ConfigError as e:
         return _fail(str(e)) if comm.Get_rank() == 0 else 2
 
+    from .checkpoint import PREEMPTED_EXIT, Preempted
     from .runtime import SetupError, train
 
     try:
         train(config, comm)
     except SetupError as e:
         return _fail(str(e)) if comm.Get_rank() == 0 else 2
+    except Preempted:
+        return PREEMPTED_EXIT  # checkpointed, not finished: jobs/common.sh requeues the job
     except BaseException as e:  # noqa: BLE001 - any failure must end the whole job
         rank = comm.Get_rank()
         detail = "".join(traceback.format_exception(e)).rstrip()

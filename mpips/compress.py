@@ -222,6 +222,14 @@ class Compressor:
     def set_ratio(self, ratio: float, rho: float | None = None) -> None:
         """Change the upload ratio (GDTopK: and sample fraction); no-op here."""
 
+    def state(self) -> dict:
+        """What a checkpoint keeps: the residual not sent yet."""
+        return {"residual": None if self._residual is None else self._residual.copy()}
+
+    def load_state(self, state: dict) -> None:
+        r = state["residual"]
+        self._residual = None if r is None else np.asarray(r, dtype=np.float32).copy()
+
     @staticmethod
     def dense_bytes(n: int) -> int:
         return 4 * int(n)
@@ -352,6 +360,13 @@ class GDTopK(_Sparsifier):
         self.ratio = _check_ratio("ratio", ratio)
         if rho is not None:
             self.rho = _check_ratio("rho", rho)
+
+    def state(self) -> dict:
+        return {**super().state(), "rng": self.rng.bit_generator.state}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.rng.bit_generator.state = state["rng"]
 
     def _select(self, x, k):
         n = x.size

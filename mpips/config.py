@@ -100,6 +100,8 @@ class Config:
     # runtime -----------------------------------------------------------------
     run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
     eval_every: float = _f(1.0, "evaluate every this many epochs of updates")
+    checkpoint_every: float = _f(0.0, "also checkpoint every this many seconds of training "
+                                      "(0 = only on SIGUSR1, the preemption signal)")
     log_flush_seconds: float = _f(2.0, "flush the run log at least this often")
     stall_warn: float = _f(60.0, "a wait longer than this prints whom it waits for")
     stall_timeout: float = _f(300.0, "a wait longer than this aborts the job")
@@ -152,6 +154,11 @@ class Config:
         _unit(self, "lr_gamma", 0.0, 1.0, closed=True, low_open=True)
         if self.weight_decay < 0:
             raise ConfigError("weight_decay", self.weight_decay, "must be >= 0")
+        if not isinstance(self.checkpoint_every, (int, float)) or not self.checkpoint_every >= 0:
+            raise ConfigError("checkpoint_every", self.checkpoint_every, "must be a number >= 0 (seconds; 0 = off)")
+        if self.checkpoint_every and self.paradigm == "gssp":
+            raise ConfigError("checkpoint_every", self.checkpoint_every,
+                              "gssp cannot checkpoint yet (its group servers' state is not saved); use 0")
         if self.vsgd_lambda < 0:
             raise ConfigError("vsgd_lambda", self.vsgd_lambda, "must be >= 0")
         if self.dataset in ("mnist", "cifar10"):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -39,6 +40,7 @@ class Context:
     epoch_pushes: int = 0            # pushes in `control` per epoch; 0 = workers x iterations
     clients: str = "worker"          # what writes the rows of `control`
     client_ranks: tuple[int, ...] = ()   # their world ranks; () = the workers'
+    checkpointer: Any = None         # this rank's part in checkpoints (mpips/checkpoint.py)
 
     def now(self) -> float:
         return time.time() - self.t0
@@ -68,8 +70,15 @@ class Context:
     def epochs_of(self, pushes: int) -> float:
         return pushes / (self.epoch_pushes or self.layout.workers * self.iterations_per_epoch)
 
-    def wait_for_servers_done(self) -> None:
-        """Before the collective window frees: every server has finished."""
+    def barrier(self, what: str) -> None:
+        """A barrier that times out (stall_timeout) instead of hanging forever."""
+        request = self.comm.Ibarrier()
+        self.wait(request.Test, what=what,
+                  describe=lambda: "the other ranks to reach the end (one of them is stuck or gone)")
+
+    def wait_for_servers_done(self, stop=None) -> None:
+        """Before the collective window frees: every server has finished.
+        `stop` (a done worker's) takes a checkpoint asked for meanwhile."""
         from .windows import S
 
         def ready():
@@ -81,4 +90,8 @@ class Context:
             return ", ".join(f"server {s} (pushes applied {int(rows[s, S.PUSHES])})"
                              for s in np.flatnonzero(rows[:, S.DONE] == 0))
 
-        self.wait(ready, what="waiting for the servers to finish", describe=describe)
+        if stop is None:
+            self.wait(ready, what="waiting for the servers to finish", describe=describe)
+        else:
+            self.checkpointer.wait(self, ready, what="waiting for the servers to finish",
+                                   describe=describe, stop=stop)

@@ -50,18 +50,21 @@ TABLES = {"iterations": ITERATION, "applies": APPLY, "evaluations": EVALUATION, 
           "exchanges": EXCHANGE}
 
 
-def rank_file(run_dir: str, rank: int) -> str:
-    return os.path.join(run_dir, f"rank-{rank}.h5")
+def rank_file(run_dir: str, rank: int, segment: int = 0) -> str:
+    """A rank's log file; a job resumed from a checkpoint (segment k > 0)
+    writes new files, so no segment's rows are overwritten."""
+    return os.path.join(run_dir, f"rank-{rank}.h5" if segment == 0 else f"rank-{rank}.s{segment}.h5")
 
 
 class RankLog:
     """One rank's log file; rows are buffered and appended on `flush`."""
 
-    def __init__(self, path: str, rank: int, *, flush_seconds: float = 2.0):
+    def __init__(self, path: str, rank: int, *, flush_seconds: float = 2.0, segment: int = 0):
         self.rank = rank
         self.flush_seconds = flush_seconds
         self._file = h5py.File(path, "w", libver="latest")
         self._file.attrs["rank"] = rank
+        self._file.attrs["segment"] = segment
         self._sets = {name: self._file.create_dataset(name, shape=(0,), maxshape=(None,),
                                                       dtype=dt, chunks=(256,))
                       for name, dt in TABLES.items()}
@@ -104,15 +107,25 @@ def _json_default(o):
 
 
 def write_run_header(run_dir: str, *, config: dict, layout: dict, versions: dict,
-                     ranks: list[int]) -> None:
-    """run.h5 at the start: what was run, on what, and where the rank logs are."""
-    with h5py.File(os.path.join(run_dir, "run.h5"), "w") as f:
+                     ranks: list[int], segment: int = 0) -> None:
+    """run.h5 at the start: what was run, on what, and where the rank logs are.
+    A job resumed from a checkpoint (segment k > 0) adds to it: the settings
+    of the latest segment, `segments` = k + 1, links to its rank files."""
+    with h5py.File(os.path.join(run_dir, "run.h5"), "w" if segment == 0 else "a") as f:
         f.attrs["config"] = json.dumps(config)
         f.attrs["layout"] = json.dumps(layout)
         f.attrs["versions"] = json.dumps(versions)
-        f.attrs["started"] = time.time()
+        f.attrs["segments"] = segment + 1
+        if segment == 0:
+            f.attrs["started"] = time.time()
+        elif "status" in f.attrs:
+            del f.attrs["status"]   # running again
         for r in ranks:
-            f[f"ranks/rank-{r}"] = h5py.ExternalLink(f"rank-{r}.h5", "/")
+            name = os.path.basename(rank_file(run_dir, r, segment))
+            link = f"ranks/{name[:-3]}"
+            if link in f:
+                del f[link]
+            f[link] = h5py.ExternalLink(name, "/")
 
 
 def write_run_end(run_dir: str, *, wall_seconds: float, final_params: np.ndarray | None,
@@ -124,6 +137,41 @@ def write_run_end(run_dir: str, *, wall_seconds: float, final_params: np.ndarray
             if "final_params" in f:
                 del f["final_params"]
             f.create_dataset("final_params", data=final_params)
+
+
+def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]) -> dict[str, np.ndarray]:
+    """Each table's rows from every segment of the run, less the rows a later
+    segment redid. Segment k resumed from a checkpoint (its `segment` event
+    holds the checkpoint's clocks, steps and time), so an earlier segment's
+    rows past that cut are work lost when the job stopped."""
+    cuts = []
+    for _, events in parts["events"]:
+        for kind, data in zip(events["kind"], events["data"]):
+            if (kind.decode() if isinstance(kind, bytes) else kind) == "segment":
+                cut = json.loads(data.decode() if isinstance(data, bytes) else data)
+                if cut["segment"] > 0:
+                    cuts.append(cut)
+    tables = {}
+    for name, segments in parts.items():
+        kept = []
+        for segment, rows in segments:
+            keep = np.ones(len(rows), dtype=bool)
+            for cut in cuts:
+                if cut["segment"] > segment:
+                    keep &= _before_cut(name, rows, cut)
+            kept.append(rows[keep])
+        tables[name] = np.concatenate(kept) if kept else np.zeros(0, TABLES[name])
+    return tables
+
+
+def _before_cut(table: str, rows: np.ndarray, cut: dict) -> np.ndarray:
+    if table == "iterations":
+        return rows["iteration"] < np.asarray(cut["clocks"])[rows["worker"]]
+    if table == "applies":
+        return rows["step"] <= np.asarray(cut["server_steps"])[rows["server"]]
+    if table == "evaluations":
+        return rows["steps"] <= cut["step"]
+    return rows["time"] <= cut["time"]
 
 
 class RunLog:
@@ -141,14 +189,17 @@ class RunLog:
             self.status = str(f.attrs.get("status", "incomplete"))
             self.wall_seconds = float(f.attrs["wall_seconds"]) if "wall_seconds" in f.attrs else None
             self._final = f["final_params"][...] if "final_params" in f else None
-        self._tables = {name: [] for name in TABLES}
+            self.segments = int(f.attrs.get("segments", 1))
+        parts = {name: [] for name in TABLES}
         for p in sorted(glob.glob(os.path.join(run_dir, "rank-*.h5"))):
             with h5py.File(p, "r", swmr=True) as f:
+                segment = int(f.attrs.get("segment", 0))
+                if segment >= self.segments:
+                    continue  # left by an earlier job here that started afresh
                 for name in TABLES:
                     if name in f:
-                        self._tables[name].append(f[name][...])
-        for name, parts in self._tables.items():
-            self._tables[name] = np.concatenate(parts) if parts else np.zeros(0, TABLES[name])
+                        parts[name].append((segment, f[name][...]))
+        self._tables = _without_lost_work(parts)
 
     @property
     def name(self) -> str:

@@ -68,3 +68,7 @@ class ServerOptimizer:
 
     def state(self) -> dict:
         return self.opt.state_dict()
+
+    def load_state(self, state: dict) -> None:
+        """Momentum buffers / Adam moments of a checkpoint; the parameters stay the window's."""
+        self.opt.load_state_dict(state)

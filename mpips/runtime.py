@@ -10,6 +10,8 @@ import torch
 from mpi4py import MPI
 
 from . import __version__
+from .checkpoint import CheckpointError, Checkpointer, Preempted, find_resume
+from .checkpoint import identity as checkpoint_identity
 from .config import Config, ConfigError
 from .context import Context
 from .data import DataError, WorkerShard, load_dataset
@@ -38,7 +40,7 @@ def _agree(comm: MPI.Intracomm, fn):
     SetupError with the first failing rank's message."""
     try:
         result, err = fn(), None
-    except (ConfigError, DataError, OSError) as e:
+    except (ConfigError, DataError, CheckpointError, OSError) as e:
         result, err = None, str(e)
     errors = comm.allgather(err)
     first = next((e for e in errors if e), None)
@@ -93,41 +95,55 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     flat = FlatModel(model, device)
     iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
     paradigm.set_iterations(iterations)
+    # A run directory holding a checkpoint of this run: go on from it (mpips/checkpoint.py).
+    ident = checkpoint_identity(config, layout, flat.n)
+    found = _agree(comm, lambda: find_resume(run_dir, ident) if rank == 0 else None)
+    checkpointer = Checkpointer(comm, run_dir, config, ident, found, enabled=not layout.group_servers)
+    segment = checkpointer.segment
 
     role_comm = comm.Split(color={SERVER: 0, WORKER: 2}.get(role, 1), key=rank)
     store = ParameterStore(comm, layout.server_ranks, flat.n)
     control = ControlTable(comm, layout.server_ranks[0], layout.clients, layout.servers)
     t0 = comm.bcast(time.time() if rank == 0 else None)
     comm.Barrier()  # run_dir exists before anyone opens a file in it
-    log = RankLog(rank_file(run_dir, rank), rank, flush_seconds=config.log_flush_seconds)
+    log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
+                  segment=segment)
     ctx = Context(config=config, layout=layout, comm=comm, role_comm=role_comm, rank=rank,
                   role=role, index=index, run_dir=run_dir, t0=t0, store=store, control=control,
                   log=log, paradigm=paradigm, iterations=iterations, iterations_per_epoch=ipe,
-                  num_params=flat.n)
+                  num_params=flat.n, checkpointer=checkpointer)
     if rank == 0:
         write_run_header(run_dir, config=config.to_dict(), versions=versions(),
                          layout={**layout.to_dict(), "world_size": size, "parameters": flat.n,
                                  "iterations_per_worker": iterations, "iterations_per_epoch": ipe},
-                         ranks=list(range(size)))
+                         ranks=list(range(size)), segment=segment)
         print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
               f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
               f" | {config.model} on {config.dataset} ({flat.n} parameters) | {iterations} iterations"
               f" per worker | run {run_dir}", flush=True)
+    checkpointer.begin(ctx)
+    preempted = None
     try:
         if layout.group_servers:  # GSSP: a second level of servers (mpips/gssp.py)
             run_gssp(ctx, flat, data)
         else:
             run_roles(ctx, flat, data)
+    except Preempted as e:
+        preempted = e  # every rank stopped after the same checkpoint: end cleanly, then say so
     finally:
         log.close()
+        checkpointer.close()
     store.free()
     control.free()
     role_comm.Free()
+    if preempted is not None:
+        raise preempted
     return run_dir
 
 
 def run_roles(ctx: Context, flat: FlatModel, data) -> None:
-    """Servers and workers over ctx's windows, from the start barrier to the end one."""
+    """Servers and workers over ctx's windows, from the start barrier to the end one
+    (GSSP's group servers make the same collectives in gssp.run_group_server)."""
     comm, role, index = ctx.comm, ctx.role, ctx.index
     if role == SERVER:
         lo, hi = ctx.store.bounds[index]
@@ -135,19 +151,22 @@ def run_roles(ctx: Context, flat: FlatModel, data) -> None:
         ctx.store.publish()
         evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if index == 0 else None
         server = Server(ctx, evaluator)
+        ctx.checkpointer.restore(ctx, server)
     elif role == WORKER:
         shard = WorkerShard(data.x_train, data.y_train, index, ctx.layout.workers, ctx.config.seed)
         worker = Worker(ctx, flat, shard)
+        ctx.checkpointer.restore(ctx, worker)
     comm.Barrier()  # parameters in place and every role ready: the clock starts
-    ctx.t0 = comm.bcast(time.time() if ctx.rank == 0 else None)
+    # (a resumed job's clock goes on from the checkpoint's training time)
+    ctx.t0 = comm.bcast(time.time() - ctx.checkpointer.elapsed if ctx.rank == 0 else None)
     if role == SERVER:
         server.run()
         if evaluator is not None:
             _finish(ctx, evaluator)
     elif role == WORKER:
         worker.run()
-        ctx.wait_for_servers_done()
-    comm.Barrier()
+        ctx.wait_for_servers_done(stop=worker.stop_for_checkpoint)
+    ctx.barrier("end of the run")
 
 
 def _finish(ctx: Context, evaluator: Evaluator) -> None:

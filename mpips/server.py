@@ -35,6 +35,7 @@ class Server:
 
     def run(self) -> None:
         ctx = self.ctx
+        checkpoints = ctx.checkpointer
         last = {}
 
         def ready():
@@ -44,10 +45,13 @@ class Server:
                     ctx.control.write(slot, [value])
                     if event:
                         ctx.log.event(ctx.now(), event.pop("kind", "control"), **event)
+                checkpoints.maybe_request(ctx, view)
             last["view"] = view
+            # a checkpoint every client stopped for goes first, even before finishing
+            last["halt"] = checkpoints.clients_stopped(ctx.control, ctx.control.latest)
             last["apply"] = ctx.paradigm.server_ready(view, self.consumed)
             last["finished"] = bool(view.done.all() and (view.clocks == self.consumed).all())
-            return last["apply"] or last["finished"]
+            return last["halt"] or last["apply"] or last["finished"]
 
         def describe():
             view = last["view"]
@@ -56,7 +60,10 @@ class Server:
 
         while True:
             waited = ctx.wait(ready, what="waiting for pushes", describe=describe)
-            if last["apply"]:
+            if last["halt"]:
+                checkpoints.halt(ctx, self.state, ack=ctx.control.server_offset(self.s, S.HALTED),
+                                 coordinator=self.s == 0)
+            elif last["apply"]:
                 self.apply(last["view"], waited)
             elif last["finished"]:
                 break
@@ -92,6 +99,30 @@ class Server:
         if self.evaluator is not None and ctx.epochs_of(self.pushes) >= self.next_eval - 1e-9:
             self.next_eval += ctx.config.eval_every
             self.evaluator.evaluate(self.steps, self.pushes)
+
+    def state(self) -> dict:
+        """What a checkpoint keeps of this server (taken while nothing is in flight)."""
+        ctx = self.ctx
+        state = {"shard": ctx.store.shard.copy(), "pending": ctx.store.pending(),
+                 "optimizer": self.opt.state(), "consumed": self.consumed.copy(), "steps": self.steps,
+                 "path": self.path, "norm_ema": [self.norm_ema.value, self.norm_ema.count],
+                 "next_eval": self.next_eval}
+        if self.evaluator is not None:
+            state["evaluator"] = [self.evaluator.best, self.evaluator.last_pushes]
+        return state
+
+    def load_state(self, state: dict) -> None:
+        ctx = self.ctx
+        ctx.store.shard[:] = state["shard"]
+        ctx.store.restore_pending(state["pending"])
+        ctx.store.publish()
+        self.opt.load_state(state["optimizer"])
+        self.consumed = np.asarray(state["consumed"], dtype=np.int64)
+        self.steps, self.path = int(state["steps"]), float(state["path"])
+        self.norm_ema.value, self.norm_ema.count = float(state["norm_ema"][0]), int(state["norm_ema"][1])
+        self.next_eval = float(state["next_eval"])
+        if self.evaluator is not None:
+            self.evaluator.best, self.evaluator.last_pushes = state["evaluator"]
 
     def publish(self, *, done: bool) -> None:
         """This server's row: counters first, then the per-worker applied counts

@@ -115,6 +115,17 @@ class ParameterStore:
         """Make local writes to `shard` visible to remote Gets."""
         self._param_win.Sync()
 
+    def pending(self) -> np.ndarray:
+        """A copy of what was pushed to this server and not taken yet. For a
+        checkpoint, taken while no push is in flight."""
+        self._grad_win.Sync()
+        return self._grad_mem.copy()
+
+    def restore_pending(self, values: np.ndarray) -> None:
+        """Put back `pending()` of a checkpoint, before anyone pushes."""
+        self._grad_mem[:] = values
+        self._grad_win.Sync()
+
     def free(self) -> None:
         for win in (self._param_win, self._grad_win):
             win.Unlock_all()
@@ -138,6 +149,7 @@ class W(IntEnum):
     EXTRA1 = 11
     EXTRA2 = 12
     EXTRA3 = 13
+    HALTED = 14      # the last checkpoint request this worker stopped for (mpips/checkpoint.py)
 
 
 class S(IntEnum):
@@ -152,6 +164,7 @@ class S(IntEnum):
     EXTRA1 = 6
     EXTRA2 = 7
     BEGUN = 8        # steps begun: > STEPS while a step writes the parameters (VSGD exact)
+    HALTED = 9       # the last checkpoint request this server stopped for (mpips/checkpoint.py)
 
 
 class G(IntEnum):
@@ -161,6 +174,10 @@ class G(IntEnum):
     MODE_CLOCK = SLOT_MODE_CLOCK  # clock at which MODE takes effect (-1: being decided)
     EXTRA0 = 2
     EXTRA1 = 3
+    # Coordinated checkpoints (mpips/checkpoint.py), written by server 0:
+    CHECKPOINT = 4       # number of the latest checkpoint requested (0: none yet)
+    CHECKPOINT_GO = 5    # n: every rank stopped for checkpoint n, save it; -n: cancelled
+    CHECKPOINT_EXIT = 6  # n: the job ends after checkpoint n (preemption)
 
 
 _NG, _NW, _NS = 8, 16, len(S)
@@ -186,6 +203,11 @@ class ControlTable:
         self._win.Lock_all()
         self._snap = np.zeros(self.size)
         self._one = np.zeros(1)
+
+    @property
+    def latest(self) -> np.ndarray:
+        """The table as of the last `read()` (no copy, no communication)."""
+        return self._snap
 
     def worker_offset(self, worker: int, col: int = 0) -> int:
         return _NG + worker * _NW + col

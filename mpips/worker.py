@@ -53,7 +53,7 @@ class Worker:
         ctx = self.ctx
         if self.slowdown.persistent != 1.0:
             ctx.log.event(ctx.now(), "slowdown", worker=self.i, factor=self.slowdown.persistent)
-        for it in range(ctx.iterations):
+        for it in range(self.clock, ctx.iterations):  # clock > 0: resumed from a checkpoint
             self.iteration(it)
         ctx.log.flush()
 
@@ -70,8 +70,29 @@ class Worker:
         def describe():
             return ctx.describe_workers(last["gate"].waiting_for) if "gate" in last else "?"
 
-        waited = ctx.wait(ready, what=f"gate at clock {self.clock}", describe=describe)
+        waited = ctx.checkpointer.wait(ctx, ready, what=f"gate at clock {self.clock}",
+                                       describe=describe, stop=self.stop_for_checkpoint)
         return waited, last["view"], last["gate"]
+
+    def stop_for_checkpoint(self) -> None:
+        """At a gate, or done: take the checkpoint every rank stops for (mpips/checkpoint.py)."""
+        ctx = self.ctx
+        ctx.checkpointer.halt(ctx, self.state, ack=ctx.control.worker_offset(self.i, W.HALTED))
+
+    def state(self) -> dict:
+        """What a checkpoint keeps of this worker, taken at a gate."""
+        return {"clock": self.clock, "push_times": list(self.push_times), "rejected": self.rejected,
+                "wait_total": self.wait_total, "samples": self.samples, "shard": self.shard.state(),
+                "compressor": self.compressor.state() if self.compressor is not None else None}
+
+    def load_state(self, state: dict) -> None:
+        self.clock = int(state["clock"])
+        self.push_times = [float(t) for t in state["push_times"]]
+        self.rejected, self.samples = int(state["rejected"]), int(state["samples"])
+        self.wait_total = float(state["wait_total"])
+        self.shard.load_state(state["shard"])
+        if self.compressor is not None:
+            self.compressor.load_state(state["compressor"])
 
     def iteration(self, it: int) -> None:
         ctx, i, flat = self.ctx, self.i, self.flat

@@ -122,8 +122,11 @@ class DSSP(Paradigm):
         return (float(self.credits[worker]),)
 
     def state(self):
-        return {"credits": self.credits.tolist()}
+        # with the decisions: a checkpoint taken while a worker waits at a gate
+        # must not make it decide (spend a credit, ask the controller) again
+        return {"credits": self.credits.tolist(),
+                "decided": [[w, *d] for w, d in self._decided.items()]}
 
     def load_state(self, state):
         self.credits[:] = state["credits"]
-        self._decided.clear()
+        self._decided = {int(w): (int(c), int(b), e) for w, c, b, e in state.get("decided", [])}

@@ -29,6 +29,14 @@ and the published compute times, so the replicas stay identical. When the
 refiner has settled (it stops moving) and the spread of compute times grows
 past twice its epsilon again, the cluster changed: the split restarts from
 the predictions and the refiner from its initial step.
+
+Log: the iterations table's `batch` column is the split over time. Events:
+`lbbsp_speed`, every worker every round (round, batch, compute, actual =
+batch/compute, predicted = what this worker predicted for the round, next =
+its prediction for the next round, cpu, mem); `lbbsp_round`, from worker 0
+when round r+1's gate opens (round r, spread = latest minus earliest push
+time of round r, finish = the push times, compute = the compute seconds,
+batches = the split).
 """
 from __future__ import annotations
 
@@ -120,17 +128,18 @@ class LBBSP(BSP):
 
     # this worker's speed --------------------------------------------------------
     def measured(self, worker, *, clock, batch, compute):
-        if worker not in self.predictors:
-            self.predictors[worker] = make_predictor(self.config.predictor, seed=self.config.seed + worker)
-            self.slots[worker] = [0.0] * 4
-        predictor = self.predictors[worker]
+        predictor = self.predictors.get(worker)
+        if predictor is None:
+            predictor = make_predictor(self.config.predictor, seed=self.config.seed + worker)
+            self.predictors[worker] = predictor
+        slots = self.slots.setdefault(worker, [0.0] * 4)
         speed = batch / compute if compute > 0 else math.nan
         cpu, mem = utilisation()
         predictor.observe(speed, cpu, mem)
         nxt = predictor.predict()
         nxt = nxt if math.isfinite(nxt) and nxt > 0 else 0.0   # 0: unknown to allocate()
         p = 2 * ((clock + 1) % 2)
-        self.slots[worker][p:p + 2] = [nxt, compute]
+        slots[p:p + 2] = [nxt, compute]
         event = {"kind": "lbbsp_speed", "round": clock, "batch": batch, "compute": compute,
                  "actual": speed, "predicted": self.predicted.get(worker, math.nan),
                  "next": nxt, "cpu": cpu, "mem": mem}
@@ -139,3 +148,18 @@ class LBBSP(BSP):
 
     def extras(self, worker, clock):
         return tuple(self.slots.get(worker, ()))
+
+    def state(self):
+        # The slots above all: a tick rewrites both pairs, and zeros in the
+        # pair a slower worker has yet to read would split its round differently.
+        # Predictors are not kept: they learn again from the first round.
+        return {"splits": dict(self.splits), "slots": dict(self.slots),
+                "predicted": dict(self.predicted),
+                "refiner": None if self.refiner is None else self.refiner.state()}
+
+    def load_state(self, state):
+        self.splits = {int(r): np.asarray(x, dtype=np.int64) for r, x in state["splits"].items()}
+        self.slots = {int(w): list(v) for w, v in state["slots"].items()}
+        self.predicted = {int(w): float(v) for w, v in state["predicted"].items()}
+        if self.refiner is not None and state["refiner"] is not None:
+            self.refiner.load_state(state["refiner"])

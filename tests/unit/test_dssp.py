@@ -1,6 +1,7 @@
 """DSSP without MPI: the controller on hand-computed cases, and the gate's rule."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -160,12 +161,15 @@ def test_r_max_zero_is_ssp_low_over_random_views():
             assert (a.ok, a.waiting_for) == (b.ok, b.waiting_for)
 
 
-def test_state_round_trip():
+def test_state_round_trip_keeps_the_decision_of_a_waiting_gate():
     p = dssp(1, 6)
-    p.gate(0, view([3, 3, 2, 1], FAST_SLOW))
+    waiting = view([3, 3, 2, 1], FAST_SLOW, applied=[2, 3, 2, 1])
+    assert not p.gate(0, waiting).ok                # decided: r* = 2, one credit spent
     q = dssp(1, 6)
-    q.load_state(p.state())
-    assert q.extras(0, 4) == (1.0,)
+    q.load_state(json.loads(json.dumps(p.state())))  # as a checkpoint stores it
+    g = q.gate(0, view([3, 3, 2, 1], FAST_SLOW))
+    assert g.ok and g.event["r_star"] == 2
+    assert q.extras(0, 4) == (1.0,)                 # not spent again
 
 
 @pytest.mark.parametrize("low,high", [(3, 2), (-1, 4)])

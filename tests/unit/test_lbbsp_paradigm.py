@@ -4,6 +4,7 @@ same split every round, even when fast workers publish for the next round
 before slow ones have read this one."""
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -74,10 +75,12 @@ class Cluster:
         self.clocks[i] += 1
         self.push_times[i] = [self.now, self.push_times[i, 0]]
 
-    def round(self, c, rng):
-        """Round c: a random half of the workers starts and finishes (and
-        publishes for round c+1) before the others read the view."""
+    def round(self, c, rng, first=None):
+        """Round c: a random half of the workers (led by `first`) starts and
+        finishes (and publishes for round c+1) before the others read the view."""
         order = rng.permutation(self.w)
+        if first is not None:
+            order = np.array([first] + [i for i in order if i != first])
         early = order[: self.w // 2]
         splits = {}
         for i in early:
@@ -118,6 +121,22 @@ def test_every_worker_computes_the_same_split(predictor, refine, seed):
     # The set-up really tests the parity slots: reading each worker's newest
     # prediction instead would have given a different split in some rounds.
     assert cluster.stale_would_differ > 0
+
+
+@pytest.mark.parametrize("refine", [False, True])
+def test_a_replica_restored_from_its_state_keeps_agreeing(refine):
+    # A checkpoint between rounds: worker 2's process restarts from state().
+    rng = np.random.default_rng(4)
+    cluster = Cluster(4, linear_time([4000, 4000, 2000, 1000], rng), global_batch=256,
+                      lbbsp_refine=refine)
+    for c in range(12):
+        cluster.round(c, rng)
+    restored = lbbsp(4, global_batch=256, lbbsp_refine=refine)
+    restored.load_state(copy.deepcopy(cluster.replicas[2].state()))
+    cluster.replicas[2] = restored
+    for c in range(12, 30):
+        cluster.round(c, rng, first=2 if c == 12 else None)   # others read after its tick
+    assert all((s == s[0]).all() and s[0].sum() == 256 for s in cluster.splits)
 
 
 def test_round_zero_is_even_and_the_split_follows_speeds():
