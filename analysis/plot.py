@@ -43,8 +43,10 @@ PARADIGM_COLOURS = dict(zip(PARADIGMS, plt.get_cmap("tab10").colors))
 SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
             ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated slowdown"),
             ("push", "#ff7f0e", "push")]
-# Events every run has; they alone do not make a dynamics figure worth drawing.
-COMMON_EVENTS = {"slowdown", "straggler", "rejected_push"}
+# Events the timeline shows (stragglers) or the runtime logs in any run (checkpoints,
+# segments, rejected pushes): alone they do not make a dynamics figure worth drawing.
+TIMELINE_EVENTS = {"slowdown", "straggler"}
+RUNTIME_EVENTS = ("rejected_push", "segment", "checkpoint")   # kinds, or prefixes of kinds
 TIMELINE_ITERATIONS = 40   # default timeline window: this many iterations of the slowest worker
 
 
@@ -353,9 +355,9 @@ def dynamics_panels(log: RunLog) -> list:
                 ax.legend(fontsize=7, ncol=2, loc="lower left")
             panels.append(("GDTopK: upload ratio and bytes of each exchange", draw))
     # the rest (GSSP's exchanges, LB-BSP's rounds, ...); r* and modes have their panels
-    kinds = list(dict.fromkeys(e["kind"] for e in events if e["kind"] not in COMMON_EVENTS
+    kinds = list(dict.fromkeys(e["kind"] for e in events if e["kind"] not in TIMELINE_EVENTS
                                and "r_star" not in e and not _is_mode(e)))
-    if kinds:
+    if kinds and (panels or any(not k.startswith(RUNTIME_EVENTS) for k in kinds)):
         def draw(ax):
             for row, kind in enumerate(kinds):
                 t = [e["time"] for e in events if e["kind"] == kind]
@@ -365,7 +367,7 @@ def dynamics_panels(log: RunLog) -> list:
             ax.set_ylim(len(kinds) - 0.5, -0.5)
             if groups:
                 ax.text(0.01, 0.02, f"groups: {groups[-1]['groups']}", transform=ax.transAxes, fontsize=8)
-        panels.append(("events logged by the paradigm (count)", draw))
+        panels.append(("other events (count)", draw))
     return panels
 
 

@@ -29,7 +29,7 @@ SETTINGS = {
     "asp, 1,1,1,6, 2 servers": ["--gate", "asp", "--slowdown", "1,1,1,6", "--servers", "2"],
     "asp, 1,1,1,6, momentum 0": ["--gate", "asp", "--slowdown", "1,1,1,6", "--momentum", "0"],
 }
-COMMON = ["--paradigm", "vsgd", "--value-measure", "exact", "--epochs", "10", "--lr", "0.1",
+COMMON = ["--paradigm", "vsgd", "--value-measure", "exact", "--epochs", "10",
           "--eval-every", "5"]
 
 

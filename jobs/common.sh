@@ -29,7 +29,7 @@
 # SIGUSR1 protocol: Slurm signals this shell T seconds before the time limit
 # (#SBATCH --signal=B:USR1@T); the shell forwards USR1 to the launcher (mpirun
 # passes it on to every rank). The trainer writes a checkpoint and exits with
-# status 3 if it has not finished (0 if it has; see mpips/checkpoint.py); the
+# status 3 if it has not finished (0 if it has; see mpips/checkpointer.py); the
 # job is then requeued with the same SLURM_JOB_ID, hence the same run
 # directory, and resumes there from the checkpoint.
 

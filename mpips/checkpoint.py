@@ -1,50 +1,23 @@
-"""Checkpoints: stop every rank at one consistent cut, save it, resume from it.
+"""Checkpoint files: what a checkpoint holds, on disk, and which one a job resumes from.
 
-When. Server 0 asks for a checkpoint every `checkpoint_every` seconds of
-training, and when the job gets SIGUSR1: Slurm's `--signal=B:USR1@T` before
-the time limit, passed on by jobs/common.sh and mpirun to every rank. Each
-rank's handler only sets a flag (without one, USR1 would kill the rank);
-server 0 acts on its own. After the checkpoint the signal asked for, every
-rank ends with PREEMPTED_EXIT, and jobs/common.sh requeues the job.
+One HDF5 file per checkpoint, <run>/checkpoints/ckpt-<step>.h5 (step =
+server 0's optimizer steps), written by rank 0 under a temporary name and
+renamed when complete; the newest KEEP are kept. It holds:
 
-The cut, through the control table (windows.G.CHECKPOINT*, W.HALTED, S.HALTED):
-1. server 0 writes CHECKPOINT = n (CHECKPOINT_EXIT = n before it, for the signal);
-2. a worker stops at its next gate, i.e. after the push and tick of the
-   iteration in progress (a done worker: while it waits for the end), and
-   writes HALTED = n in its row;
-3. a server stops between two applies once every worker row says halted or
-   done, and writes HALTED = n in its row. What was pushed to it and not yet
-   applied stays in its gradient window and is saved as it is: a BSP round
-   cut in half stays half, and every paradigm keeps its own rules;
-4. server 0, once every server row says halted, writes GO = n. If a server
-   finished instead (the last push landed while the request travelled), it
-   writes GO = -n: cancelled, everyone carries on and the run ends;
-5. on GO = n nothing is in flight and nothing changes: every rank hands its
-   state to rank 0 (one gather), which writes one file.
+- `meta` (JSON): the checkpoint's number and reason, the segment (job) that
+  wrote it, the training time, clocks and server steps at the cut, the
+  configuration, and the identity a resuming job must match (model, dataset,
+  parameter count, paradigm, optimizer, layout);
+- `rank-<r>/state` (JSON) and `rank-<r>/<i>` (arrays): rank r's state, as
+  `encode` writes any nest of dicts, lists, scalars, numpy arrays and torch
+  tensors (mpips/checkpointer.py says what each role puts there);
+- attribute `sha256` over all of it, verified on load.
 
-What a checkpoint holds, per rank: the role's `state()` (a server: its shard,
-pending gradient, optimizer state, counters; a worker: clock, data position,
-compressor residual), the paradigm's `state()`, torch's and numpy's RNG
-states, and on the rank that hosts the control table the whole table (clocks,
-push times, Sync-Switch's mode, ...). For the run: the identity a resume must
-match (model, dataset, parameter count, paradigm, optimizer, layout), the
-configuration, the clocks, steps and training time at the cut, and a sha256
-over all of it. File: <run>/checkpoints/ckpt-<step>.h5 (step = server 0's
-optimizer steps), written under a temporary name and renamed; the newest
-KEEP are kept.
-
-Resume. A job started in a run directory holding a checkpoint of an
-unfinished run continues from the newest one as a new segment (rank logs
-rank-<r>.s<k>.h5, an event `segment`); clocks, steps and training time go
-on from the cut (a periodic checkpoint loses what was done after it; RunLog
-leaves those rows out). A checkpoint that cannot be read, fails its
-checksum, or was made for another model or layout stops the job with one
-line naming the file and the problem.
-
-GSSP is not covered yet: its group servers would have to pass the request
-down into their group's table and the acknowledgement up (they are a
-server of one table and a client of another), and save their own state
-(delta, exchange counters, groups). `Checkpointer(enabled=False)` for it.
+A job whose run directory holds checkpoints of an unfinished run resumes
+from the newest (`find_resume`). One that cannot be read, fails its checksum
+or was made for another model or layout stops the job with one line naming
+the file and the problem (CheckpointError; a corrupt one is not skipped
+silently: the message says which older one deleting it would resume from).
 """
 from __future__ import annotations
 
@@ -52,19 +25,12 @@ import hashlib
 import json
 import os
 import re
-import signal
-import sys
-import threading
-import time
 from dataclasses import dataclass
 
 import h5py
 import numpy as np
 import torch
 
-from .windows import G, S, W
-
-PREEMPTED_EXIT = 3      # "checkpointed, not finished": jobs/common.sh requeues
 KEEP = 2                # newest checkpoints kept
 FORMAT = "mpips-checkpoint-1"
 _NAME = re.compile(r"^ckpt-(\d+)\.h5$")
@@ -77,10 +43,6 @@ class CheckpointError(ValueError):
         self.path = path
         self.problem = problem
         super().__init__(f"checkpoint {path}: {problem}")
-
-
-class Preempted(Exception):
-    """Raised on every rank once the checkpoint the preemption signal asked for is written."""
 
 
 def checkpoint_dir(run_dir: str) -> str:
@@ -276,226 +238,3 @@ def clear_checkpoints(run_dir: str) -> None:
     for name in os.listdir(folder) if os.path.isdir(folder) else []:
         if _NAME.match(name) or name.endswith(".h5.tmp"):
             os.remove(os.path.join(folder, name))
-
-
-# --- the protocol ---------------------------------------------------------------------
-
-class PreemptionSignal:
-    """SIGUSR1 sets `received`. Installed on every rank: by default USR1 kills."""
-
-    def __init__(self):
-        self.received = False
-        self._previous = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGUSR1, self._handle)
-
-    def _handle(self, signum, frame):
-        self.received = True
-
-    def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGUSR1, self._previous)
-            self._previous = None
-
-
-class Checkpointer:
-    """One rank's part in checkpoints: the stop protocol, saving, restoring.
-
-    Collective: every rank constructs it; rank 0 passes what `find_resume`
-    found, and each rank receives its own part of it.
-    """
-
-    def __init__(self, comm, run_dir: str, config, ident: dict, found: Resume | None, *,
-                 enabled: bool = True):
-        self.comm = comm
-        self.rank = comm.Get_rank()
-        self.run_dir = run_dir
-        self.config = config
-        self.identity = ident
-        self.enabled = enabled
-        self.signal = PreemptionSignal()
-        self.resumed = comm.bcast(found.meta if found else None)
-        self.path = comm.bcast(found.path if found else None)
-        self.segment = comm.bcast(found.segment if found else 0)
-        self.state = decode(*comm.scatter(found.ranks if found else None)) if self.resumed else None
-        self.handled = self.resumed["number"] if self.resumed else 0   # latest request dealt with
-        self.elapsed = self.resumed["time"] if self.resumed else 0.0   # training seconds before
-        self.next_due = self.elapsed + config.checkpoint_every
-        self.reason = ""             # server 0: why it asked for the pending one
-        self.exiting = False         # server 0: the preemption checkpoint is asked for
-        self.cut_time = 0.0
-        if self.rank == 0 and not self.resumed:
-            clear_checkpoints(run_dir)
-
-    def close(self) -> None:
-        self.signal.uninstall()
-
-    # start -------------------------------------------------------------------------
-    def begin(self, ctx) -> None:
-        """Rank 0, once the log is open: the segment event (RunLog's cut)."""
-        if ctx.rank != 0:
-            return
-        m = self.resumed or {}
-        ctx.log.event(self.elapsed, "segment", segment=self.segment, resumed_from=self.path,
-                      checkpoint=self.handled, step=m.get("step", 0), time=self.elapsed,
-                      clocks=m.get("clocks", [0] * ctx.layout.workers),
-                      server_steps=m.get("server_steps", [0] * ctx.layout.servers))
-        ctx.log.flush()
-        if self.resumed:
-            print(f"mpips: resuming from {self.path}: segment {self.segment}, step {m['step']}, "
-                  f"{self.elapsed:.1f} s of training done", flush=True)
-
-    def restore(self, ctx, role) -> None:
-        """Before the start barrier: put this rank back where the checkpoint
-        left it (`role` has state()/load_state()); nothing on a fresh start."""
-        if self.state is None:
-            return
-        s = self.state
-        if "control" in s:
-            ctx.control.write(0, s["control"])
-        role.load_state(s["role"])
-        ctx.paradigm.load_state(s["paradigm"])
-        torch.set_rng_state(s["rng"]["torch"])
-        np.random.set_state(tuple(s["rng"]["numpy"]))
-
-    # the request ---------------------------------------------------------------------
-    def requested(self, snap: np.ndarray) -> bool:
-        """A checkpoint not dealt with yet is asked for in this table snapshot."""
-        return snap[G.CHECKPOINT] > self.handled
-
-    def maybe_request(self, ctx, view) -> None:
-        """Server 0, at every loop: ask for a checkpoint when one is due."""
-        if self.requested(ctx.control.latest) or view.done.all():
-            return   # one at a time; none once every worker is done (the run ends anyway)
-        if self.signal.received and not self.exiting:
-            if not self.enabled:
-                self.exiting = True
-                print("mpips: SIGUSR1 ignored: this layout cannot checkpoint (GSSP)",
-                      file=sys.stderr, flush=True)
-                return
-            reason = "preemption"
-        elif self.enabled and self.config.checkpoint_every and ctx.now() >= self.next_due:
-            reason = "periodic"
-        else:
-            return
-        n = self.handled + 1
-        self.reason = reason
-        if reason == "preemption":
-            self.exiting = True
-            ctx.control.write(G.CHECKPOINT_EXIT, [n])   # before the request: read after GO
-        ctx.control.write(G.CHECKPOINT, [n])
-        ctx.log.event(ctx.now(), "checkpoint_request", number=n, reason=reason)
-
-    def clients_stopped(self, control, snap: np.ndarray) -> bool:
-        """A server may stop: a checkpoint is asked for and every client row
-        has stopped for it or is done."""
-        if not self.requested(snap):
-            return False
-        rows = control.worker_rows(snap)
-        return bool(((rows[:, W.HALTED] >= snap[G.CHECKPOINT]) | (rows[:, W.DONE] > 0)).all())
-
-    # the stop ------------------------------------------------------------------------------
-    def wait(self, ctx, ready, *, what: str, describe, stop) -> float:
-        """ctx.wait(ready) that also ends for a checkpoint asked for meanwhile
-        and then runs `stop()` (which takes it) before waiting on."""
-        total = 0.0
-        while True:
-            halt = []
-
-            def ready_or_halt():
-                # before `ready`: a paradigm's gate may decide something once
-                # per clock (DSSP's credits) that a stop here must not spend
-                if self.requested(ctx.control.read()):
-                    halt.append(True)
-                    return True
-                return ready()
-
-            total += ctx.wait(ready_or_halt, what=what, describe=describe)
-            if not halt:
-                return total
-            stop()
-
-    def halt(self, ctx, role_state, *, ack: int, coordinator: bool = False) -> None:
-        """Stop here for the checkpoint asked for: acknowledge in this rank's
-        row (offset `ack`), wait for GO, save `role_state()`. Returns when the
-        run goes on; raises Preempted when it ends here."""
-        control = ctx.control
-        n = int(control.read()[G.CHECKPOINT])
-        control.write(ack, [n])
-        if coordinator:
-            def stopped():
-                rows = control.server_rows(control.read())
-                return bool(((rows[:, S.HALTED] >= n) | (rows[:, S.DONE] > 0)).all())
-
-            def describe():
-                rows = control.server_rows(control.read())
-                return ", ".join(f"server {s} (steps {int(rows[s, S.STEPS])})"
-                                 for s in np.flatnonzero((rows[:, S.HALTED] < n) & (rows[:, S.DONE] == 0)))
-
-            ctx.wait(stopped, what=f"servers stopping for checkpoint {n}", describe=describe)
-            finished = bool((control.server_rows(control.latest)[:, S.DONE] > 0).any())
-            go = -n if finished else n
-            self.cut_time = ctx.now()
-            control.write(G.CHECKPOINT_GO, [go])
-        else:
-            ctx.wait(lambda: abs(control.read()[G.CHECKPOINT_GO]) == n,
-                     what=f"stopped for checkpoint {n}",
-                     describe=lambda: "server 0 (rank 0) to see every server stopped")
-            go = int(control.latest[G.CHECKPOINT_GO])
-        self.handled = n
-        if go < 0:
-            if coordinator:
-                ctx.log.event(ctx.now(), "checkpoint_cancelled", number=n,
-                              reason="a server finished meanwhile: the run is ending")
-            return
-        exiting = int(control.read()[G.CHECKPOINT_EXIT]) == n
-        path = self._save(ctx, n, role_state())
-        if exiting:
-            raise Preempted(f"preempted after checkpoint {n} ({path})")
-
-    def _save(self, ctx, n: int, role_state: dict) -> str | None:
-        t = time.perf_counter()
-        state = {"role": role_state, "paradigm": ctx.paradigm.state(),
-                 "rng": {"torch": torch.get_rng_state(), "numpy": list(np.random.get_state())}}
-        if ctx.control.comm.Get_rank() == ctx.control.home:
-            state["control"] = ctx.control.read()
-        ctx.log.flush()   # the log up to the cut is on disk before the checkpoint is
-        gathered = self.comm.gather(encode(state), root=0)   # every rank is here: quick
-        result = None
-        if self.rank == 0:
-            meta = self._meta(ctx, n)
-            try:
-                result = (write_checkpoint(self.run_dir, meta, gathered), None)
-            except OSError as e:
-                result = (None, f"{type(e).__name__}: {e}")
-        request = self.comm.Ibarrier()
-        ctx.wait(request.Test, what=f"checkpoint {n} being written",
-                 describe=lambda: "rank 0 writing the checkpoint file")
-        path, error = self.comm.bcast(result)
-        self.next_due = ctx.now() + self.config.checkpoint_every
-        if self.rank == 0:
-            seconds = time.perf_counter() - t
-            if error:
-                print(f"mpips: warning: checkpoint {n} not written: {error}", file=sys.stderr, flush=True)
-            else:
-                print(f"mpips: checkpoint {n} ({self.reason}) at step {meta['step']}: {path} "
-                      f"({seconds:.2f} s)", flush=True)
-            ctx.log.event(self.cut_time, "checkpoint", number=n, reason=self.reason, path=path,
-                          error=error, step=meta["step"], clocks=meta["clocks"], seconds=seconds)
-            if self.exiting:
-                from .log import write_run_end
-
-                ctx.log.flush()
-                write_run_end(self.run_dir, wall_seconds=self.cut_time, final_params=None,
-                              status="preempted")
-                print(f"mpips: preempted: exiting with status {PREEMPTED_EXIT} to be requeued",
-                      flush=True)
-        return path
-
-    def _meta(self, ctx, n: int) -> dict:
-        snap = ctx.control.read()
-        clocks = ctx.control.worker_rows(snap)[:, W.CLOCK].astype(int).tolist()
-        steps = ctx.control.server_rows(snap)[:, S.STEPS].astype(int).tolist()
-        return {"number": n, "reason": self.reason, "segment": self.segment, "time": self.cut_time,
-                "step": steps[0], "server_steps": steps, "clocks": clocks,
-                "identity": self.identity, "config": self.config.to_dict(), "written": time.time()}

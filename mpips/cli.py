@@ -63,7 +63,7 @@ def cmd_train(args) -> int:
     except ConfigError as e:
         return _fail(str(e)) if comm.Get_rank() == 0 else 2
 
-    from .checkpoint import PREEMPTED_EXIT, Preempted
+    from .checkpointer import PREEMPTED_EXIT, Preempted
     from .runtime import SetupError, train
 
     try:

@@ -40,7 +40,7 @@ class Context:
     epoch_pushes: int = 0            # pushes in `control` per epoch; 0 = workers x iterations
     clients: str = "worker"          # what writes the rows of `control`
     client_ranks: tuple[int, ...] = ()   # their world ranks; () = the workers'
-    checkpointer: Any = None         # this rank's part in checkpoints (mpips/checkpoint.py)
+    checkpointer: Any = None         # this rank's part in checkpoints (mpips/checkpointer.py)
 
     def now(self) -> float:
         return time.time() - self.t0

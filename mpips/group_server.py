@@ -114,7 +114,7 @@ class GroupServer(Server):
         self.publish_up(done=final, duration=duration, pushes=pushes)
         ctx.log.row("exchanges", self.g, ctx.now(), self.exchanges, pushes, self.forwarded,
                     duration, int(synced), int(flush), rank,
-                    ratio[0] if ratio is not None else np.nan, sent, 4 * ctx.store.shard.size)
+                    getattr(compressor, "ratio", 1.0), sent, 4 * ctx.store.shard.size)
 
     def _update_speed_rank(self, epoch_times: np.ndarray) -> int:
         """This group's speed rank among the groups' published epoch times,

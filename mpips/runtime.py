@@ -10,8 +10,9 @@ import torch
 from mpi4py import MPI
 
 from . import __version__
-from .checkpoint import CheckpointError, Checkpointer, Preempted, find_resume
+from .checkpoint import CheckpointError, find_resume
 from .checkpoint import identity as checkpoint_identity
+from .checkpointer import Checkpointer, Preempted
 from .config import Config, ConfigError
 from .context import Context
 from .data import DataError, WorkerShard, load_dataset
@@ -95,7 +96,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     flat = FlatModel(model, device)
     iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
     paradigm.set_iterations(iterations)
-    # A run directory holding a checkpoint of this run: go on from it (mpips/checkpoint.py).
+    # A run directory holding a checkpoint of this run: go on from it (mpips/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n)
     found = _agree(comm, lambda: find_resume(run_dir, ident) if rank == 0 else None)
     checkpointer = Checkpointer(comm, run_dir, config, ident, found, enabled=not layout.group_servers)

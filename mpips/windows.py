@@ -149,7 +149,7 @@ class W(IntEnum):
     EXTRA1 = 11
     EXTRA2 = 12
     EXTRA3 = 13
-    HALTED = 14      # the last checkpoint request this worker stopped for (mpips/checkpoint.py)
+    HALTED = 14      # the last checkpoint request this worker stopped for (mpips/checkpointer.py)
 
 
 class S(IntEnum):
@@ -164,7 +164,7 @@ class S(IntEnum):
     EXTRA1 = 6
     EXTRA2 = 7
     BEGUN = 8        # steps begun: > STEPS while a step writes the parameters (VSGD exact)
-    HALTED = 9       # the last checkpoint request this server stopped for (mpips/checkpoint.py)
+    HALTED = 9       # the last checkpoint request this server stopped for (mpips/checkpointer.py)
 
 
 class G(IntEnum):
@@ -174,7 +174,7 @@ class G(IntEnum):
     MODE_CLOCK = SLOT_MODE_CLOCK  # clock at which MODE takes effect (-1: being decided)
     EXTRA0 = 2
     EXTRA1 = 3
-    # Coordinated checkpoints (mpips/checkpoint.py), written by server 0:
+    # Coordinated checkpoints (mpips/checkpointer.py), written by server 0:
     CHECKPOINT = 4       # number of the latest checkpoint requested (0: none yet)
     CHECKPOINT_GO = 5    # n: every rank stopped for checkpoint n, save it; -n: cancelled
     CHECKPOINT_EXIT = 6  # n: the job ends after checkpoint n (preemption)
@@ -253,19 +253,26 @@ class ControlTable:
 
         w = self.worker_rows(snap)
         s = self.server_rows(snap)
-        applied = s[:, _NS:].min(axis=0)
+        # Every gate poll builds a view; numpy reductions over servers cost
+        # microseconds each, and with one server its row is the answer.
+        if self.servers == 1:
+            applied, updates, path = s[0, _NS:], s[0, S.PUSHES], s[0, S.PATH]
+        else:
+            applied, updates, path = s[:, _NS:].min(axis=0), s[:, S.PUSHES].min(), s[:, S.PATH].sum()
+        push_times = w[:, W.PUSH_T0:W.PUSH_T1 + 1]  # adjacent columns: a slice, not a list-index copy
+        iter_times = w[:, W.ITER_TIME]
         return ClusterView(
             now=now,
             clocks=w[:, W.CLOCK].astype(np.int64),
             applied=applied.astype(np.int64),
-            push_times=np.where(w[:, [W.PUSH_T0, W.PUSH_T1]] > 0, w[:, [W.PUSH_T0, W.PUSH_T1]], np.nan),
-            iter_times=np.where(w[:, W.ITER_TIME] > 0, w[:, W.ITER_TIME], np.nan),
+            push_times=np.where(push_times > 0, push_times, np.nan),
+            iter_times=np.where(iter_times > 0, iter_times, np.nan),
             batch_sizes=w[:, W.BATCH].astype(np.int64),
             done=w[:, W.DONE] > 0,
-            updates=int(s[:, S.PUSHES].min()),
+            updates=int(updates),
             mode=int(snap[G.MODE]),
             mode_clock=int(snap[G.MODE_CLOCK]),
-            path_length=float(s[:, S.PATH].sum()),
+            path_length=float(path),
             update_norm_ema=norm_of_shards(s[:, S.NORM_EMA]),
             extras=w[:, W.EXTRA0:W.EXTRA3 + 1].copy(),
             slots=(float(snap[G.EXTRA0]), float(snap[G.EXTRA1])),

@@ -75,7 +75,7 @@ class Worker:
         return waited, last["view"], last["gate"]
 
     def stop_for_checkpoint(self) -> None:
-        """At a gate, or done: take the checkpoint every rank stops for (mpips/checkpoint.py)."""
+        """At a gate, or done: take the checkpoint every rank stops for (mpips/checkpointer.py)."""
         ctx = self.ctx
         ctx.checkpointer.halt(ctx, self.state, ack=ctx.control.worker_offset(self.i, W.HALTED))
 

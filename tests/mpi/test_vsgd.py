@@ -5,7 +5,9 @@ import pytest
 
 from tests.mpi.conftest import train
 
-COMMON = ("--paradigm", "vsgd", "--epochs", "10", "--lr", "0.1", "--eval-every", "5")
+# The default lr (0.05): at 0.1 ASP with a 6x straggler is unstable on two
+# loaded cores, with and without VSGD (the loss climbs back; seen at 11%).
+COMMON = ("--paradigm", "vsgd", "--epochs", "10", "--eval-every", "5")
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +47,18 @@ def test_straggler_is_damped_and_fresh_pushes_are_not(straggler):
     # The straggler's pushes that missed several updates of the fast workers.
     slow = it[(it["worker"] == 3) & (it["staleness"] >= 3)]
     assert len(slow) >= 5, "the straggler hardly ever overlapped the fast workers"
-    assert (slow["lr_scale"] < 1).mean() >= 0.8, np.sort(slow["lr_scale"])
+    assert (slow["lr_scale"] < 1).mean() >= 0.75, np.sort(slow["lr_scale"])
     fast = it[it["worker"] != 3]
     assert np.median(slow["lr_scale"]) < np.median(fast["lr_scale"]) == 1.0
 
 
-def test_default_vsgd_trains_to_90_percent(default):
-    s = default.summary()
-    assert s["status"] == "finished" and s["final_accuracy"] >= 0.90
+@pytest.mark.parametrize("run", ["straggler", "default"])
+def test_vsgd_trains_to_90_percent(run, request):
+    s = request.getfixturevalue(run).summary()
+    assert s["status"] == "finished" and s["final_accuracy"] >= 0.90, s
+
+
+def test_default_is_ssp_gated_with_the_bound(default):
     it = default.iterations
     assert it["clock_gap"].max() <= 3                      # SSP(3) gating underneath
     assert np.isnan(it["value_staleness"]).all()           # exact not measured by default

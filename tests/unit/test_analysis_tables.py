@@ -68,7 +68,10 @@ def write_log(run_dir, *, varying: bool) -> RunLog:
         if varying:
             log.event(t, "dssp_controller", r_star=k % 4, gap=3)
             log.event(t, "group_exchange", group=k % 2)
+    # what the runtime logs in any run: no reason for a dynamics figure
+    log.event(0.0, "segment", segment=0)
     log.event(0.0, "straggler", worker=1, iteration=2, iterations=3, factor=4.0)
+    log.event(1.0, "checkpoint", number=1)
     if varying:
         log.event(0.5, "mode_switch", mode=1, reason="f reached")
         log.event(0.0, "group_assignment", groups=[[0], [1]])
@@ -81,7 +84,7 @@ def test_dynamics_panels_only_for_what_the_log_holds(tmp_path):
     full = write_log(tmp_path / "full", varying=True)
     titles = [t for t, _ in plot.dynamics_panels(full)]
     for expected in ("DSSP controller", "synchronization mode", "server optimizer", "batch size",
-                     "learning-rate scale", "value staleness", "events"):
+                     "learning-rate scale", "value staleness", "other events"):
         assert any(expected in t for t in titles), (expected, titles)
     path = plot.dynamics_figure(full, str(tmp_path / "full.png"))
     assert path and os.path.getsize(path) > 10_000

@@ -1,0 +1,48 @@
+"""ControlTable.view under mpiexec (pytest --with-mpi): the paradigms' view of
+a table written through the window, with one server (its row taken as is)
+and with two (minima and sums over servers)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpips.windows import S, W, ControlTable
+
+WORKERS = 3
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("servers", [1, 2])
+def test_view_of_a_written_table(servers):
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    table = ControlTable(comm, 0, workers=WORKERS, servers=servers)
+    applied = np.array([[4, 2, 7], [3, 5, 6]])[:servers]
+    if comm.Get_rank() == 0:
+        for j in range(WORKERS):
+            row = np.zeros(W.EXTRA3 + 1)
+            row[W.CLOCK] = 10 + j
+            row[W.PUSH_T0], row[W.PUSH_T1] = (2.0 + j, 1.0) if j else (0.0, 0.0)  # worker 0: no push yet
+            row[W.ITER_TIME] = 0.5 * j
+            row[W.BATCH] = 16
+            row[W.DONE] = j == 2
+            table.write(table.worker_offset(j), row)
+        for s in range(servers):
+            row = np.zeros(len(S) + WORKERS)
+            row[S.PUSHES] = 100 + s
+            row[S.PATH] = 1.5 + s
+            row[len(S):] = applied[s]
+            table.write(table.server_offset(s), row)
+    comm.Barrier()
+    view = table.view(table.read(), now=9.0)
+    np.testing.assert_array_equal(view.clocks, [10, 11, 12])
+    np.testing.assert_array_equal(view.applied, applied.min(axis=0))
+    assert view.applied.dtype == np.int64
+    np.testing.assert_array_equal(view.push_times, [[np.nan, np.nan], [3.0, 1.0], [4.0, 1.0]])
+    np.testing.assert_array_equal(view.iter_times, [np.nan, 0.5, 1.0])
+    np.testing.assert_array_equal(view.done, [False, False, True])
+    assert view.updates == 100 and isinstance(view.updates, int)
+    assert view.path_length == sum(1.5 + s for s in range(servers))
+    comm.Barrier()
+    table.free()

@@ -1,0 +1,140 @@
+"""Resume outside Slurm: a job killed (SIGKILL) after a periodic checkpoint
+is started again with the same run directory and goes on from the checkpoint;
+a corrupt or incompatible checkpoint stops the job with one line naming it."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import psutil
+import pytest
+
+from conftest import MPI_ENV, MPIEXEC, train
+
+from mpips.checkpoint import checkpoint_files
+
+RANKS = 4   # 1 server, 3 workers
+FLAGS = ("--paradigm", "ssp", "--staleness", "2", "--slowdown", "1,1,2", "--epochs", "12",
+         "--checkpoint-every", "0.5", "--log-flush-seconds", "0.2")
+
+
+def _kill_after_a_checkpoint(run_dir, timeout=120) -> None:
+    """Start the job; once a checkpoint exists and training went on a little,
+    SIGKILL mpiexec and every rank (a node lost, no chance to clean up)."""
+    cmd = [MPIEXEC, "-n", str(RANKS), sys.executable, "-m", "mpips", "train",
+           "--run-dir", str(run_dir), "--stall-timeout", "60", *FLAGS]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, **MPI_ENV})
+    try:
+        deadline = time.monotonic() + timeout
+        while not checkpoint_files(str(run_dir)):
+            assert p.poll() is None, f"job ended ({p.returncode}) before its first checkpoint"
+            assert time.monotonic() < deadline, "no checkpoint written"
+            time.sleep(0.05)
+        time.sleep(0.4)
+    finally:
+        procs = [psutil.Process(p.pid)]
+        procs += procs[0].children(recursive=True)
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """The killed run, a copy of it as it was, and the job that resumed it."""
+    base = tmp_path_factory.mktemp("checkpoint")
+    run = base / "run"
+    _kill_after_a_checkpoint(run)
+    copy = base / "copy"
+    shutil.copytree(run, copy)
+    job = train(RANKS, run, *FLAGS)
+    return run, copy, job
+
+
+def _segment_rows(run_dir, segment: int) -> np.ndarray:
+    """The iterations rows the rank files of one segment hold, all of them."""
+    rows = []
+    for path in glob.glob(os.path.join(run_dir, "rank-*.h5")):
+        with h5py.File(path, "r") as f:
+            if int(f.attrs.get("segment", 0)) == segment and len(f["iterations"]):
+                rows.append(f["iterations"][...])
+    return np.concatenate(rows)
+
+
+def test_a_killed_job_resumes_from_its_checkpoint_and_finishes(resumed):
+    run, copy, job = resumed
+    newest = checkpoint_files(str(copy))[-1]
+    assert f"resuming from {run}/checkpoints/{os.path.basename(newest)}" in job.output, job.output
+    log = job.log
+    assert log.status == "finished" and log.segments == 2
+    cut = log.events("segment")[-1]
+    assert cut["segment"] == 1 and cut["resumed_from"].endswith(os.path.basename(newest))
+    n = log.layout["iterations_per_worker"]
+    # numbering continues from the checkpoint: segment 1 starts at the cut's clocks
+    rows = _segment_rows(run, 1)
+    for w, clock in enumerate(cut["clocks"]):
+        mine = np.sort(rows["iteration"][rows["worker"] == w])
+        assert mine.tolist() == list(range(clock, n)), (w, clock)
+    # and the run's log holds every iteration once, work lost after the cut left out
+    it = log.iterations
+    for w in range(3):
+        assert np.sort(it["iteration"][it["worker"] == w]).tolist() == list(range(n))
+        assert np.sort(it["clock"][it["worker"] == w]).tolist() == list(range(n))
+    steps = np.sort(log.applies["step"][log.applies["server"] == 0])
+    assert steps.tolist() == list(range(1, steps[-1] + 1))
+    assert steps[0] == 1 and cut["step"] < steps[-1]
+    assert log.summary()["final_accuracy"] is not None
+
+
+def test_work_lost_after_the_checkpoint_is_left_out(resumed):
+    run, _, job = resumed
+    cut = job.log.events("segment")[-1]
+    lost = _segment_rows(run, 0)
+    lost = lost[lost["iteration"] >= np.asarray(cut["clocks"])[lost["worker"]]]
+    # (how much was lost depends on when the kill landed: possibly nothing)
+    assert len(job.log.iterations) == 3 * job.log.layout["iterations_per_worker"]
+    print(f"iterations lost after the checkpoint and redone: {len(lost)}")
+
+
+def _error_line(job) -> str:
+    lines = [line for line in job.output.splitlines() if line.startswith("mpips: error:")]
+    assert len(lines) == 1, job.output
+    return lines[0]
+
+
+def test_a_corrupt_checkpoint_stops_the_job_naming_the_file(resumed, tmp_path):
+    copy = shutil.copytree(resumed[1], tmp_path / "run")
+    newest = checkpoint_files(str(copy))[-1]
+    with h5py.File(newest, "r") as f:   # flip bytes inside server 0's parameter shard
+        shard = json.loads(f["rank-0/state"][()].tobytes())["role"]["shard"]["__array__"]
+        offset = f[f"rank-0/{shard}"].id.get_offset()
+    with open(newest, "r+b") as fh:
+        fh.seek(offset + 64)
+        b = fh.read(8)
+        fh.seek(offset + 64)
+        fh.write(bytes(x ^ 0xFF for x in b))
+    job = train(RANKS, copy, *FLAGS, check=False)
+    assert job.returncode == 2, job.output
+    line = _error_line(job)
+    assert line.startswith(f"mpips: error: checkpoint {newest}: corrupt"), line
+
+
+def test_an_incompatible_checkpoint_stops_the_job_naming_the_mismatch(resumed, tmp_path):
+    copy = shutil.copytree(resumed[1], tmp_path / "run")
+    newest = checkpoint_files(str(copy))[-1]
+    job = train(RANKS, copy, *FLAGS, "--servers", "2", check=False)
+    assert job.returncode == 2, job.output
+    line = _error_line(job)
+    assert line.startswith(f"mpips: error: checkpoint {newest}: made for another run"), line
+    assert "servers 1 there, 2 here" in line and "workers 3 there, 2 here" in line, line
