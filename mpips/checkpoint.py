@@ -6,8 +6,8 @@ renamed when complete; the newest KEEP are kept. It holds:
 
 - `meta` (JSON): the checkpoint's number and reason, the segment (job) that
   wrote it, the training time, clocks and server steps at the cut, the
-  configuration, and the identity a resuming job must match (model, dataset,
-  parameter count, paradigm, optimizer, layout);
+  configuration, and the `identity` a resuming job must match (model,
+  dataset, parameter count, layout, ...);
 - `rank-<r>/state` (JSON) and `rank-<r>/<i>` (arrays): rank r's state, as
   `encode` writes any nest of dicts, lists, scalars, numpy arrays and torch
   tensors (mpips/checkpointer.py says what each role puts there);
@@ -60,10 +60,15 @@ def checkpoint_files(run_dir: str) -> list[str]:
     return [path for _, path in sorted(found)]
 
 
-def identity(config, layout, parameters: int) -> dict:
-    """What a checkpoint must share with the job that resumes from it."""
+def identity(config, layout, parameters: int, iterations: int) -> dict:
+    """What a checkpoint must share with the job that resumes from it: the
+    model and data, the layout, and what the saved state's shape or meaning
+    depends on (the data partition follows the seed, a done worker's clock
+    the iterations)."""
     return {"model": config.model, "dataset": config.dataset, "parameters": int(parameters),
-            "paradigm": config.paradigm, "optimizer": config.optimizer, "servers": layout.servers,
+            "paradigm": config.paradigm, "optimizer": config.optimizer,
+            "compressor": config.compressor, "batch_size": config.batch_size, "seed": config.seed,
+            "iterations": int(iterations), "servers": layout.servers,
             "group_servers": layout.group_servers, "workers": layout.workers}
 
 

@@ -228,11 +228,11 @@ class Checkpointer:
                               reason="a server finished meanwhile: the run is ending")
             return
         exiting = int(control.read()[G.CHECKPOINT_EXIT]) == n
-        path = self._save(ctx, n, role_state())
+        path = self._save(ctx, n, role_state(), exiting=exiting)
         if exiting:
             raise Preempted(f"preempted after checkpoint {n} ({path})")
 
-    def _save(self, ctx, n: int, role_state: dict) -> str | None:
+    def _save(self, ctx, n: int, role_state: dict, *, exiting: bool) -> str | None:
         t = time.perf_counter()
         state = {"role": role_state, "paradigm": ctx.paradigm.state(),
                  "rng": {"torch": torch.get_rng_state(), "numpy": list(np.random.get_state())}}
@@ -261,7 +261,7 @@ class Checkpointer:
                       f"({seconds:.2f} s)", flush=True)
             ctx.log.event(self.cut_time, "checkpoint", number=n, reason=self.reason, path=path,
                           error=error, step=meta["step"], clocks=meta["clocks"], seconds=seconds)
-            if self.exiting:
+            if exiting:
                 ctx.log.flush()
                 write_run_end(self.run_dir, wall_seconds=self.cut_time, final_params=None,
                               status="preempted")

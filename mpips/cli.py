@@ -12,6 +12,7 @@ import signal
 import sys
 import traceback
 
+from . import syncswitch_search
 from .config import Config, ConfigError, load
 
 
@@ -42,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="summarize a run directory")
     info.add_argument("run_dir")
     info.add_argument("--json", action="store_true", help="one JSON object")
+    syncswitch_search.add_parser(sub)
     return p
 
 
@@ -102,4 +104,5 @@ def cmd_info(args) -> int:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    return {"train": cmd_train, "info": cmd_info}[args.command](args)
+    return {"train": cmd_train, "info": cmd_info,
+            "syncswitch-search": syncswitch_search.cmd_search}[args.command](args)

@@ -139,11 +139,13 @@ def write_run_end(run_dir: str, *, wall_seconds: float, final_params: np.ndarray
             f.create_dataset("final_params", data=final_params)
 
 
-def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]) -> dict[str, np.ndarray]:
+def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]
+                       ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Each table's rows from every segment of the run, less the rows a later
-    segment redid. Segment k resumed from a checkpoint (its `segment` event
-    holds the checkpoint's clocks, steps and time), so an earlier segment's
-    rows past that cut are work lost when the job stopped."""
+    segment redid, and how many those were. Segment k resumed from a
+    checkpoint (its `segment` event holds the checkpoint's clocks, steps and
+    time), so an earlier segment's rows past that cut are work lost when the
+    job stopped."""
     cuts = []
     for _, events in parts["events"]:
         for kind, data in zip(events["kind"], events["data"]):
@@ -151,7 +153,7 @@ def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]) -> dict[s
                 cut = json.loads(data.decode() if isinstance(data, bytes) else data)
                 if cut["segment"] > 0:
                     cuts.append(cut)
-    tables = {}
+    tables, redone = {}, {}
     for name, segments in parts.items():
         kept = []
         for segment, rows in segments:
@@ -161,7 +163,8 @@ def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]) -> dict[s
                     keep &= _before_cut(name, rows, cut)
             kept.append(rows[keep])
         tables[name] = np.concatenate(kept) if kept else np.zeros(0, TABLES[name])
-    return tables
+        redone[name] = sum(len(rows) for _, rows in segments) - len(tables[name])
+    return tables, redone
 
 
 def _before_cut(table: str, rows: np.ndarray, cut: dict) -> np.ndarray:
@@ -199,7 +202,8 @@ class RunLog:
                 for name in TABLES:
                     if name in f:
                         parts[name].append((segment, f[name][...]))
-        self._tables = _without_lost_work(parts)
+        # rows per table left out: work lost since a checkpoint, redone after it
+        self._tables, self.redone = _without_lost_work(parts)
 
     @property
     def name(self) -> str:

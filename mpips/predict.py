@@ -27,6 +27,7 @@ class SpeedPredictor:
     (a failed measurement must not poison the history)."""
 
     name = "base"
+    exogenous = False   # observe() uses cpu and mem (worth measuring them)
 
     def observe(self, speed: float, cpu: float = 0.0, mem: float = 0.0) -> None:
         """Record one round: measured samples/s, CPU and memory utilisation in [0, 1]."""
@@ -121,6 +122,7 @@ class NARX(SpeedPredictor):
     """
 
     name = "narx"
+    exogenous = True
 
     def __init__(self, delay: int = 3, hidden: int = 8, *, window: int = 64,
                  steps: int = 3, lr: float = 0.02, weight_decay: float = 1e-4,

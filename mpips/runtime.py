@@ -97,7 +97,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
     paradigm.set_iterations(iterations)
     # A run directory holding a checkpoint of this run: go on from it (mpips/checkpointer.py).
-    ident = checkpoint_identity(config, layout, flat.n)
+    ident = checkpoint_identity(config, layout, flat.n, iterations)
     found = _agree(comm, lambda: find_resume(run_dir, ident) if rank == 0 else None)
     checkpointer = Checkpointer(comm, run_dir, config, ident, found, enabled=not layout.group_servers)
     segment = checkpointer.segment

@@ -146,7 +146,9 @@ class Worker:
                 ratio = ctx.paradigm.compression(i, at_push, epoch=it // ctx.iterations_per_epoch + 1)
                 if ratio is not None:
                     self.compressor.set_ratio(*ratio)
-            sent = self._send(grad, epoch_end=(it + 1) % ctx.iterations_per_epoch == 0)
+            # The residual goes out in full at every epoch end and with the last push.
+            flush = (it + 1) % ctx.iterations_per_epoch == 0 or it == ctx.iterations - 1
+            sent = self._send(grad, epoch_end=flush)
             self.samples += batch
         push_time = time.perf_counter() - t
         event = ctx.paradigm.measured(i, clock=self.clock, batch=batch, compute=compute + sleep)

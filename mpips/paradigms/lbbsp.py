@@ -19,9 +19,9 @@ Speed: v = batch / compute seconds of the worker's last iteration, compute
 being forward/backward plus the emulated slowdown sleep (the `compute` column
 of the iterations table): the part of a round that grows with the batch. Pull
 and push move the whole parameter vector whatever the batch, and the gate wait
-is what balancing removes, so neither belongs in a speed. The speed and the
-machine's CPU and memory utilisation feed the worker's own predictor
-(`predictor`: ewma or narx).
+is what balancing removes, so neither belongs in a speed. The speed (and,
+for NARX, the machine's CPU and memory utilisation) feeds the worker's own
+predictor (`predictor`: ewma or narx).
 
 Refinement (`lbbsp_refine`), for compute time not linear in batch size: from
 round 2 on, every worker runs the same `BatchRefiner` on the previous split
@@ -33,10 +33,10 @@ the predictions and the refiner from its initial step.
 Log: the iterations table's `batch` column is the split over time. Events:
 `lbbsp_speed`, every worker every round (round, batch, compute, actual =
 batch/compute, predicted = what this worker predicted for the round, next =
-its prediction for the next round, cpu, mem); `lbbsp_round`, from worker 0
-when round r+1's gate opens (round r, spread = latest minus earliest push
-time of round r, finish = the push times, compute = the compute seconds,
-batches = the split).
+its prediction for the next round, cpu, mem: nan unless the predictor uses
+them); `lbbsp_round`, from worker 0 when round r+1's gate opens (round r,
+spread = latest minus earliest push time of round r, finish = the push
+times, compute = the compute seconds, batches = the split).
 """
 from __future__ import annotations
 
@@ -134,7 +134,8 @@ class LBBSP(BSP):
             self.predictors[worker] = predictor
         slots = self.slots.setdefault(worker, [0.0] * 4)
         speed = batch / compute if compute > 0 else math.nan
-        cpu, mem = utilisation()
+        # psutil costs ~0.1-0.5 ms on the round's critical path: only for a predictor that uses it.
+        cpu, mem = utilisation() if predictor.exogenous else (math.nan, math.nan)
         predictor.observe(speed, cpu, mem)
         nxt = predictor.predict()
         nxt = nxt if math.isfinite(nxt) and nxt > 0 else 0.0   # 0: unknown to allocate()

@@ -21,7 +21,10 @@ sqrt(servers), since the sum of one update's shard norms is at most sqrt(S)
 times its full norm.
 
 Both distances are taken at the push, not when the server applies it (steps
-in between are missed by both alike).
+in between are missed by both alike). The bound holds with steps running
+concurrently too: the path read before the pull counts only steps fully
+written into w_read, and after the extra pull the worker waits for any step a
+server had begun (S.BEGUN) before it reads the path (worker.py).
 """
 from __future__ import annotations
 

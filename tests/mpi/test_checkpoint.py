@@ -1,6 +1,7 @@
 """Resume outside Slurm: a job killed (SIGKILL) after a periodic checkpoint
 is started again with the same run directory and goes on from the checkpoint;
-a corrupt or incompatible checkpoint stops the job with one line naming it."""
+a corrupt checkpoint stops the job with one line naming it (an incompatible
+one takes the same path: tests/unit/test_checkpoint.py)."""
 from __future__ import annotations
 
 import glob
@@ -21,8 +22,8 @@ from conftest import MPI_ENV, MPIEXEC, train
 from mpips.checkpoint import checkpoint_files
 
 RANKS = 4   # 1 server, 3 workers
-FLAGS = ("--paradigm", "ssp", "--staleness", "2", "--slowdown", "1,1,2", "--epochs", "12",
-         "--checkpoint-every", "0.5", "--log-flush-seconds", "0.2")
+FLAGS = ("--paradigm", "ssp", "--staleness", "2", "--epochs", "6", "--checkpoint-every", "0.3",
+         "--log-flush-seconds", "0.2")
 
 
 def _kill_after_a_checkpoint(run_dir, timeout=120) -> None:
@@ -66,7 +67,7 @@ def _segment_rows(run_dir, segment: int) -> np.ndarray:
     """The iterations rows the rank files of one segment hold, all of them."""
     rows = []
     for path in glob.glob(os.path.join(run_dir, "rank-*.h5")):
-        with h5py.File(path, "r") as f:
+        with h5py.File(path, "r", swmr=True) as f:   # a killed writer leaves it flagged open
             if int(f.attrs.get("segment", 0)) == segment and len(f["iterations"]):
                 rows.append(f["iterations"][...])
     return np.concatenate(rows)
@@ -100,11 +101,11 @@ def test_a_killed_job_resumes_from_its_checkpoint_and_finishes(resumed):
 def test_work_lost_after_the_checkpoint_is_left_out(resumed):
     run, _, job = resumed
     cut = job.log.events("segment")[-1]
-    lost = _segment_rows(run, 0)
-    lost = lost[lost["iteration"] >= np.asarray(cut["clocks"])[lost["worker"]]]
-    # (how much was lost depends on when the kill landed: possibly nothing)
-    assert len(job.log.iterations) == 3 * job.log.layout["iterations_per_worker"]
-    print(f"iterations lost after the checkpoint and redone: {len(lost)}")
+    rows = _segment_rows(run, 0)
+    lost = rows["iteration"] >= np.asarray(cut["clocks"])[rows["worker"]]
+    # how much was lost depends on when the kill landed (possibly nothing)
+    assert job.log.redone["iterations"] == int(lost.sum())
+    print(f"iterations lost after the checkpoint and redone: {int(lost.sum())}")
 
 
 def _error_line(job) -> str:
@@ -128,13 +129,3 @@ def test_a_corrupt_checkpoint_stops_the_job_naming_the_file(resumed, tmp_path):
     assert job.returncode == 2, job.output
     line = _error_line(job)
     assert line.startswith(f"mpips: error: checkpoint {newest}: corrupt"), line
-
-
-def test_an_incompatible_checkpoint_stops_the_job_naming_the_mismatch(resumed, tmp_path):
-    copy = shutil.copytree(resumed[1], tmp_path / "run")
-    newest = checkpoint_files(str(copy))[-1]
-    job = train(RANKS, copy, *FLAGS, "--servers", "2", check=False)
-    assert job.returncode == 2, job.output
-    line = _error_line(job)
-    assert line.startswith(f"mpips: error: checkpoint {newest}: made for another run"), line
-    assert "servers 1 there, 2 here" in line and "workers 3 there, 2 here" in line, line

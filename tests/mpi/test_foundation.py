@@ -39,8 +39,8 @@ def test_bsp_equals_single_process_sgd(tmp_path, servers):
     diff = np.abs(got - expected).max()
     assert diff < 1e-5, f"BSP differs from single-process SGD by {diff}"
     # and it really trained: the parameters moved far more than the tolerance
-    torch.manual_seed(3)
-    assert np.abs(got - expected).max() < 1e-3 * np.abs(got).max()
+    initial = sgd_oracle(load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3}), 4, 0)
+    assert np.abs(got - initial).max() > 1000 * 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -77,16 +77,17 @@ def test_asp_never_waits_and_sees_staleness(ssp_runs):
     assert it["clock_gap"].max() > 3  # no bound: fast workers run far ahead
 
 
-@pytest.mark.parametrize("name", ["ssp3", "asp"])
-def test_async_paradigms_reach_90_percent(ssp_runs, name):
-    assert ssp_runs[name].summary()["final_accuracy"] >= 0.90
+def test_ssp_reaches_90_percent_despite_the_straggler(ssp_runs):
+    assert ssp_runs["ssp3"].summary()["final_accuracy"] >= 0.90
 
 
-def test_bsp_reaches_90_percent(tmp_path):
-    log = train(5, tmp_path / "run", "--paradigm", "bsp", "--epochs", "10", "--lr", "0.1").log
+@pytest.mark.parametrize("paradigm", ["bsp", "asp"])
+def test_reaches_90_percent(tmp_path, paradigm):
+    log = train(5, tmp_path / "run", "--paradigm", paradigm, "--epochs", "10", "--lr", "0.1").log
     s = log.summary()
     assert s["final_accuracy"] >= 0.90
-    assert s["max_staleness"] == 0 and s["max_clock_gap"] == 0
+    if paradigm == "bsp":
+        assert s["max_staleness"] == 0 and s["max_clock_gap"] == 0
 
 
 def test_eight_ranks_oversubscribed_finish(tmp_path):

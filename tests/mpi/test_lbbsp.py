@@ -103,8 +103,9 @@ def test_rounds_end_closer_together_than_under_bsp(tmp_path_factory):
 
 
 def test_infeasible_global_batch_is_one_line_at_setup(tmp_path):
-    job = train(5, tmp_path / "run", "--paradigm", "lbbsp", "--global-batch", "3", check=False)
+    # two workers, X = 1: one of them would get no sample
+    job = train(3, tmp_path / "run", "--paradigm", "lbbsp", "--global-batch", "1", check=False)
     assert job.returncode != 0
     errors = [line for line in job.output.splitlines() if line.startswith("mpips: error:")]
-    assert len(errors) == 1 and "global_batch=3" in errors[0] and "number of workers" in errors[0]
+    assert len(errors) == 1 and "global_batch=1" in errors[0] and "number of workers (2)" in errors[0]
     assert "Traceback" not in job.output

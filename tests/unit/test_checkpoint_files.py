@@ -13,7 +13,7 @@ from mpips.config import Config
 from mpips.log import RankLog, RunLog, rank_file, write_run_end, write_run_header
 from mpips.paradigms import REGISTRY, make_paradigm
 
-IDENTITY = {"model": "mlp", "dataset": "digits", "parameters": 6, "paradigm": "ssp",
+IDENTITY = {"model": "mlp", "dataset": "digits", "parameters": 6, "paradigm": "ssp", "seed": 0,
             "optimizer": "sgd", "servers": 1, "group_servers": 0, "workers": 2}
 
 
@@ -188,4 +188,5 @@ def test_runlog_reads_every_segment_and_leaves_out_lost_work(tmp_path):
     for w in (0, 1):
         assert sorted(log.iterations["iteration"][log.iterations["worker"] == w]) == list(range(12))
     assert sorted(log.applies["step"]) == list(range(1, 16))
+    assert log.redone["iterations"] == (9 - 6) + (10 - 7) and log.redone["applies"] == 12 - 8
     assert [e["segment"] for e in log.events("segment")] == [0, 1]

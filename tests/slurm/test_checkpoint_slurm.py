@@ -1,0 +1,68 @@
+"""Preemption on a real Slurm: a running job sent USR1 writes a checkpoint,
+exits 3, is requeued, resumes from the checkpoint and finishes as well as a
+run that was never interrupted (see conftest.py for the cluster)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mpips.log import RunLog
+
+REPO = Path(__file__).resolve().parents[2]
+# BSP: the same model whatever the timing, so the two runs can be compared closely.
+SETTINGS = {"MPIPS_EPOCHS": "6", "MPIPS_WORKERS": "2"}
+
+
+def _wait_for_line(slurm, job: str, text: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        out = slurm.job_info(job).get("StdOut")
+        if out and Path(out).exists() and text in Path(out).read_text(errors="replace"):
+            return
+        assert time.monotonic() < deadline, f"no {text!r} in the output\n" + slurm.describe(job)
+        time.sleep(0.2)
+
+
+def test_preempted_job_resumes_from_its_checkpoint(slurm, tmp_path):
+    script = REPO / "jobs" / "bsp.slurm"
+    reference = tmp_path / "reference"
+    preempted = tmp_path / "preempted"
+    ref = slurm.submit(script, env={**SETTINGS, "MPIPS_RUN_DIR": reference}, args=["--ntasks=3"],
+                       cwd=tmp_path)
+    job = slurm.submit(script, env={**SETTINGS, "MPIPS_RUN_DIR": preempted}, args=["--ntasks=3"],
+                       cwd=tmp_path)
+    _wait_for_line(slurm, job, "mpips: epoch  2.00")
+    slurm.run("scancel", "--batch", "--signal=USR1", job)   # what --signal=B:USR1@120 sends
+    assert slurm.wait(job, timeout=300) == "COMPLETED", slurm.describe(job)
+    assert slurm.wait(ref, timeout=300) == "COMPLETED", slurm.describe(ref)
+    assert slurm.job_info(job)["Restarts"] == "1", slurm.describe(job)
+    out = Path(slurm.job_info(job)["StdOut"]).read_text(errors="replace").replace("\0", "")
+    assert "(preemption)" in out and "exiting with status 3" in out, out
+    assert "requeueing job" in out and "resuming from" in out, out
+
+    log, ref_log = RunLog(str(preempted)), RunLog(str(reference))
+    assert log.status == "finished" and log.segments == 2
+    [checkpoint] = log.events("checkpoint")
+    assert checkpoint["reason"] == "preemption"
+    cut = log.events("segment")[-1]
+    assert cut["segment"] == 1 and cut["step"] == checkpoint["step"] > 0
+    # every iteration of every worker exactly once across the two segments:
+    # the checkpoint was a consistent cut, so nothing was redone either
+    n = log.layout["iterations_per_worker"]
+    it = log.iterations
+    assert log.redone["iterations"] == 0
+    for w in range(2):
+        assert np.sort(it["iteration"][it["worker"] == w]).tolist() == list(range(n))
+        assert np.sort(it["clock"][it["worker"] == w]).tolist() == list(range(n))
+        assert cut["clocks"][w] == checkpoint["clocks"][w]
+    # as good as the uninterrupted run
+    final, ref_final = log.summary()["final_accuracy"], ref_log.summary()["final_accuracy"]
+    assert abs(final - ref_final) <= 0.02, (final, ref_final)
+    # closer still: the checkpoint held everything (momentum, pending pushes,
+    # data positions), so two workers' BSP rounds replay the same sums
+    drift = float(np.abs(log.final_params() - ref_log.final_params()).max())
+    print(f"final accuracy {final:.4f} (uninterrupted {ref_final:.4f}); "
+          f"largest parameter difference {drift:.2e}")
+    assert drift <= 1e-5
