@@ -80,13 +80,14 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
             label = name if name not in labelled else None
             labelled.add(name)
             # a compressed variant shares its paradigm's colour, dashed
-            style = dict(color=colour(log.paradigm), lw=1.6, marker="o", ms=2.5, alpha=0.9, label=label,
-                         ls="-" if name == log.paradigm else "--")
+            style = dict(color=colour(log.paradigm), lw=1.4, alpha=0.9, label=label,
+                         ls="-" if name == log.paradigm else "--",
+                         marker="o" if len(ev) <= 25 else None, ms=2.5)
             acc.plot(ev["time"], ev["accuracy"], **style)
             loss.plot(ev["time"], ev["loss"], **style)
         if target is not None:
             acc.axhline(target, color="black", ls="--", lw=0.8)
-            acc.set_ylim(max(0.0, target - 0.3), 1.0)
+            acc.set_ylim(max(0.0, target - 0.4), 1.0)
         acc.set_title(cluster, fontsize=10)
         acc.set_ylabel("test accuracy")
         loss.set_ylabel("test loss")
@@ -349,8 +350,9 @@ def dynamics_panels(log: RunLog) -> list:
                 for g in sorted(int(x) for x in np.unique(exchanges["group"])):
                     rows = exchanges[exchanges["group"] == g]
                     ax.plot(rows["time"], rows["bytes_sent"] / np.maximum(rows["bytes_dense"], 1),
-                            lw=1, label=f"group {g}: bytes sent / dense")
-                    ax.plot(rows["time"], rows["ratio"], ls="--", lw=1, label=f"group {g}: upload ratio c")
+                            lw=1, color=f"C{g}", label=f"group {g}: bytes sent / dense")
+                    ax.plot(rows["time"], rows["ratio"], ls="--", lw=1.5, color=f"C{g}",
+                            label=f"group {g}: upload ratio c")
                 ax.set_yscale("log")
                 ax.legend(fontsize=7, ncol=2, loc="lower left")
             panels.append(("GDTopK: upload ratio and bytes of each exchange", draw))

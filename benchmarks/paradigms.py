@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default="digits")
     p.add_argument("--data-dir", default="", help="for mnist and cifar10: where their files are")
     p.add_argument("--epochs", type=float, default=10.0)
-    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--eval-every", type=float, default=0.25, help="epochs between evaluations")
     p.add_argument("--target", type=float, default=0.9, help="accuracy of the time-to-target column")

@@ -109,7 +109,7 @@ def search(runner: ProbeRunner, *, low: float, high: float, tolerance: float, st
     """Run the reference and the probes; `report(record, probe)` follows each
     run, and the end (probe None)."""
     record = {"range": [low, high], "tolerance_points": tolerance, "steps": steps,
-              "command": runner.command(os.path.join(runner.out, "RUN"), 0.0),
+              "launcher": runner.launcher, "ranks": runner.ranks, "train_flags": runner.flags,
               "reference": None, "probes": [], "chosen": None}
     reference = runner.run("reference-bsp", None)
     record["reference"] = asdict(reference)

@@ -140,6 +140,22 @@ class SyncSwitch(Paradigm):
         # every server: where the latest ASP phase began (momentum ramp)
         self.asp_from = 0
 
+    # checkpoints: the control table (MODE, MODE_CLOCK) is saved with it; this
+    # is server 0's account of the phases, without which a resumed job would
+    # decide the offline switch again.
+    _STATE = ("mode", "phase_start", "bsp_rounds", "switches", "cause", "final", "deciding", "asp_from")
+
+    def state(self):
+        d = self.detector
+        return {**{k: getattr(self, k) for k in self._STATE},
+                "detector": {"seen": d.seen.copy(), "slow": d.slow.copy(), "normal": d.normal.copy()}}
+
+    def load_state(self, state):
+        for k in self._STATE:
+            setattr(self, k, state[k])
+        for k, v in state["detector"].items():
+            getattr(self.detector, k)[:] = v
+
     # budget -----------------------------------------------------------------
     @property
     def bsp_target(self) -> int:

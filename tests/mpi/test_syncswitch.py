@@ -23,7 +23,7 @@ RAMP = 40
 @pytest.fixture(scope="module")
 def offline(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("syncswitch") / "offline"
-    return train(3, run_dir, "--paradigm", "syncswitch", "--switch-at", str(F), "--epochs", "6",
+    return train(3, run_dir, "--paradigm", "syncswitch", "--switch-at", str(F), "--epochs", "8",
                  "--lr-schedule", "cosine", "--momentum", str(MOMENTUM), "--momentum-ramp", str(RAMP),
                  "--seed", "0").log
 

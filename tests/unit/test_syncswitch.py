@@ -170,6 +170,18 @@ def test_switch_back_is_two_phase_and_waits_for_the_last_switch_to_settle():
     assert "cleared" in out[0][2]["reason"]
 
 
+def test_state_keeps_the_decisions_across_a_checkpoint():
+    from mpips.checkpoint import decode, encode
+
+    p = paradigm(iterations=50, switch_at=0.1)
+    assert p.server_control(view([4, 4, 4, 4]))                 # switched to ASP at 5
+    resumed = paradigm(iterations=50, switch_at=0.1)
+    resumed.load_state(decode(*encode(p.state())))
+    later = view([9, 8, 8, 8], applied=[8, 8, 8, 8], mode=MODE_ASP, mode_clock=5)
+    assert resumed.server_control(later) == []                 # not a second offline switch
+    assert resumed.state()["bsp_rounds"] == 5 and resumed.mode == MODE_ASP
+
+
 def test_search_bisects_to_the_smallest_f_within_tolerance():
     probed = []
 
