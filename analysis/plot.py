@@ -7,6 +7,7 @@ Writes into the output directory:
   accuracy.png          accuracy and loss versus wall-clock time, every run
                         overlaid, one column per emulated cluster
   staleness.png         iteration-staleness histogram of every run
+  time_to_target.png    seconds to the target accuracy, a bar per paradigm and cluster
   timeline-RUN.png      per worker: wait, pull, compute, emulated slowdown, push
   dynamics-RUN.png      what the paradigm decided over time, where the log has
                         it: DSSP's r*, Sync-Switch's mode, LB-BSP's batch sizes,
@@ -96,6 +97,52 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
         for ax in (acc, loss):
             ax.grid(alpha=0.3)
         acc.legend(fontsize=8, loc="lower right", ncol=2)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# time to the target accuracy -------------------------------------------------
+def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
+    """A bar per paradigm: seconds until the test accuracy first reached the
+    target (mean over runs, whiskers from the fastest to the slowest run), one
+    panel per emulated cluster; the text gives the mean final accuracy."""
+    clusters: dict[str, dict[str, list[RunLog]]] = defaultdict(lambda: defaultdict(list))
+    for log in logs:
+        clusters[heterogeneity(log.config)][paradigm_label(log.config)].append(log)
+    order = {p: k for k, p in enumerate(PARADIGMS)}   # the README's order; variants after theirs
+    names = sorted({paradigm_label(log.config): order.get(log.paradigm, len(order)) for log in logs}.items(),
+                   key=lambda item: (item[1], item[0]))
+    names = [name for name, _ in names]
+    fig, axes = plt.subplots(1, len(clusters), figsize=(6.5 * len(clusters), 1.2 + 0.45 * len(names)),
+                             squeeze=False, sharey=True)
+    for ax, (cluster, by_name) in zip(axes[0], clusters.items()):
+        longest = max((log.time_to_accuracy(target) or 0.0) for runs in by_name.values() for log in runs)
+        for y, name in enumerate(names):
+            runs = by_name.get(name, [])
+            if not runs:
+                continue
+            times = [t for t in (log.time_to_accuracy(target) for log in runs) if t is not None]
+            final = np.mean([log.evaluations["accuracy"][-1] for log in runs if len(log.evaluations)])
+            reached = f"{len(times)}/{len(runs)} runs, " if len(runs) > 1 else ""
+            if times:
+                mean = float(np.mean(times))
+                ax.barh(y, mean, color=colour(runs[0].paradigm), alpha=0.85,
+                        hatch="//" if name != runs[0].paradigm else None, edgecolor="white")
+                if len(times) > 1:
+                    ax.errorbar(mean, y, xerr=[[mean - min(times)], [max(times) - mean]], color="black",
+                                capsize=3, lw=1)
+                ax.text(max(times) + 0.01 * longest, y, f" {mean:.2f} s ({reached}final {100 * final:.1f}%)",
+                        va="center", fontsize=8)
+            else:
+                ax.text(0, y, f" never reached {100 * target:g}% (final {100 * final:.1f}%)", va="center",
+                        fontsize=8, color="tab:red")
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names)
+        ax.set_ylim(len(names) - 0.5, -0.5)
+        ax.set_xlim(0, 1.45 * longest if longest else 1)
+        ax.set_xlabel(f"seconds to {100 * target:g}% test accuracy")
+        ax.set_title(cluster, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -243,133 +290,169 @@ def _varies(values: np.ndarray) -> bool:
     return len(values) > 1 and float(values.min()) != float(values.max())
 
 
+# Each panel builder takes (log, events) and returns the (title, draw(ax)) pairs it
+# can fill from this log: none when the paradigm did not log what it plots.
+def _dssp_controller(log, events):
+    r_star = [e for e in events if "r_star" in e]
+    if not r_star:
+        return []
+
+    def draw(ax):
+        t = [e["time"] for e in r_star]
+        ax.scatter(t, [e["r_star"] for e in r_star], s=8, color=colour("dssp"), label="r*")
+        if all("gap" in e for e in r_star):
+            ax.plot(t, [e["gap"] for e in r_star], color="grey", lw=0.8, label="clock gap at the call")
+        ax.set_ylabel("iterations")
+        ax.legend(fontsize=7, loc="upper right")
+    return [("DSSP controller: extra iterations r* granted to the fastest worker", draw)]
+
+
+def _sync_mode(log, events):
+    modes = _mode_events(log)
+    if not modes:
+        return []
+    end = float(log.iterations["start"].max()) if len(log.iterations) else modes[-1]["time"]
+
+    def draw(ax):
+        names = list(dict.fromkeys(["BSP", "ASP"] + [e["mode_name"] for e in modes]))
+        t = [0.0] + [e["time"] for e in modes] + [end]
+        y = [names.index("BSP")] + [names.index(e["mode_name"]) for e in modes]
+        ax.step(t, y + y[-1:], where="post", color=colour("syncswitch"))
+        for e in modes:
+            if "reason" in e:
+                ax.annotate(str(e["reason"]), (e["time"], names.index(e["mode_name"])), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names)
+        ax.set_ylim(-0.5, len(names) - 0.5)
+    return [("synchronization mode", draw)]
+
+
+def _server_optimizer(log, events):
+    s0 = log.applies[log.applies["server"] == 0]   # a global server (GSSP's group servers log too)
+    lr_varies, momentum_varies = _varies(s0["lr"].astype(float)), _varies(s0["momentum"].astype(float))
+    if not (lr_varies or momentum_varies):
+        return []
+
+    def draw(ax):
+        if lr_varies:
+            ax.plot(s0["time"], s0["lr"], color="black", lw=1)
+            ax.set_ylabel("learning rate")
+        if momentum_varies:
+            twin = ax.twinx() if lr_varies else ax
+            twin.plot(s0["time"], s0["momentum"], color="tab:red", lw=1)
+            twin.set_ylabel("momentum", color="tab:red")
+    return [("server optimizer (server 0)", draw)]
+
+
+def _per_worker(log, column: str, title: str, ylabel: str, *, lines: bool = False):
+    """A panel of one iterations column against time, a series per worker."""
+    it = log.iterations
+
+    def draw(ax):
+        for w in sorted(int(x) for x in np.unique(it["worker"])):
+            rows = it[it["worker"] == w]
+            if lines:
+                ax.plot(rows["start"], rows[column], lw=1, label=f"worker {w}")
+            else:
+                ax.scatter(rows["start"], rows[column], s=4, label=f"worker {w}")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7, ncol=4, loc="best", markerscale=3)
+    return [(title, draw)]
+
+
+def _batch_sizes(log, events):
+    if not _varies(log.iterations["batch"].astype(float)):
+        return []
+    return _per_worker(log, "batch", "batch size per worker", "samples", lines=True)
+
+
+def _lr_scales(log, events):
+    if not _varies(log.iterations["lr_scale"].astype(float)):
+        return []
+    return _per_worker(log, "lr_scale", "learning-rate scale of each push", "lr scale")
+
+
+def _value_staleness(log, events):
+    column, measure = value_staleness_column(log.iterations)
+    if not column:
+        return []
+    return _per_worker(log, column, f"value staleness of each push ({measure}, in average updates)",
+                       "value staleness")
+
+
+def _predicted_speed(log, events):
+    speeds = [e for e in events if "predicted" in e and "actual" in e and "worker" in e]
+    if not speeds:
+        return []
+
+    def draw(ax):
+        for w in sorted({e["worker"] for e in speeds}):
+            mine = [e for e in speeds if e["worker"] == w]
+            line, = ax.plot([e["time"] for e in mine], [e["actual"] for e in mine], lw=1, label=f"worker {w}")
+            ax.plot([e["time"] for e in mine], [e["predicted"] for e in mine], lw=1, ls="--",
+                    color=line.get_color())
+        ax.set_ylabel("samples/s")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7, ncol=4, loc="upper right")
+    return [("speed of each worker: measured (solid) and predicted (dashed)", draw)]
+
+
+def _gssp_exchanges(log, events):
+    exchanges = log.exchanges
+    if not len(exchanges):
+        return []
+    groups = [e["groups"] for e in events if "group" in e["kind"] and "groups" in e]
+    members = groups[-1] if groups else []
+    ids = sorted(int(x) for x in np.unique(exchanges["group"]))
+
+    def draw_count(ax):
+        for g in ids:
+            rows = exchanges[exchanges["group"] == g]
+            who = f" (workers {', '.join(map(str, members[g]))})" if g < len(members) else ""
+            ax.plot(rows["time"], rows["exchange"], lw=1.2, color=f"C{g}", label=f"group {g}{who}")
+        ax.set_ylabel("exchanges so far")
+        ax.legend(fontsize=7, loc="upper left")
+
+    def draw_ratio(ax):
+        for g in ids:
+            rows = exchanges[exchanges["group"] == g]
+            ax.plot(rows["time"], rows["bytes_sent"] / np.maximum(rows["bytes_dense"], 1), lw=1,
+                    color=f"C{g}", label=f"group {g}: bytes sent / dense")
+            ax.plot(rows["time"], rows["ratio"], ls="--", lw=1.5, color=f"C{g}", label=f"group {g}: upload ratio c")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7, ncol=2, loc="lower left")
+    panels = [("GSSP: exchanges of each group server with the global servers", draw_count)]
+    if np.isfinite(exchanges["ratio"]).any():
+        panels.append(("GDTopK: upload ratio and bytes of each exchange", draw_ratio))
+    return panels
+
+
+PANELS = [_dssp_controller, _sync_mode, _server_optimizer, _batch_sizes, _lr_scales, _value_staleness,
+          _predicted_speed, _gssp_exchanges]
+
+
+def _other_events(events, kinds):
+    def draw(ax):
+        for row, kind in enumerate(kinds):
+            t = [e["time"] for e in events if e["kind"] == kind]
+            ax.plot(t, [row] * len(t), "|", ms=10, color="black")
+        ax.set_yticks(range(len(kinds)))
+        ax.set_yticklabels([f"{k} ({sum(e['kind'] == k for e in events)})" for k in kinds], fontsize=8)
+        ax.set_ylim(len(kinds) - 0.5, -0.5)
+    return ("other events (count)", draw)
+
+
 def dynamics_panels(log: RunLog) -> list:
     """The panels this run's log can fill, as (title, draw(ax)) pairs; empty
     when the paradigm logged nothing beyond what every run has."""
-    it, ap, events = log.iterations, log.applies, log.events()
-    workers = sorted(int(w) for w in np.unique(it["worker"]))
-    panels = []
-
-    r_star = [e for e in events if "r_star" in e]
-    if r_star:
-        def draw(ax):
-            t = [e["time"] for e in r_star]
-            ax.scatter(t, [e["r_star"] for e in r_star], s=8, color=colour("dssp"), label="r*")
-            if all("gap" in e for e in r_star):
-                ax.plot(t, [e["gap"] for e in r_star], color="grey", lw=0.8, label="clock gap at the call")
-            ax.set_ylabel("iterations")
-            ax.legend(fontsize=7, loc="upper right")
-        panels.append(("DSSP controller: extra iterations r* granted to the fastest worker", draw))
-
-    modes = _mode_events(log)
-    if modes:
-        def draw(ax):
-            names = list(dict.fromkeys(["BSP", "ASP"] + [e["mode_name"] for e in modes]))
-            t = [0.0] + [e["time"] for e in modes] + [float(it["start"].max()) if len(it) else 0.0]
-            y = [names.index("BSP")] + [names.index(e["mode_name"]) for e in modes]
-            ax.step(t, y + y[-1:], where="post", color=colour("syncswitch"))
-            for e in modes:
-                if "reason" in e:
-                    ax.annotate(str(e["reason"]), (e["time"], names.index(e["mode_name"])), fontsize=7,
-                                xytext=(3, 3), textcoords="offset points")
-            ax.set_yticks(range(len(names)))
-            ax.set_yticklabels(names)
-            ax.set_ylim(-0.5, len(names) - 0.5)
-        panels.append(("synchronization mode", draw))
-
-    s0 = ap[ap["server"] == 0]   # a global server (GSSP's group servers log applies too)
-    lr_varies, momentum_varies = _varies(s0["lr"].astype(float)), _varies(s0["momentum"].astype(float))
-    if lr_varies or momentum_varies:
-        def draw(ax):
-            if lr_varies:
-                ax.plot(s0["time"], s0["lr"], color="black", lw=1)
-                ax.set_ylabel("learning rate")
-            if momentum_varies:
-                twin = ax.twinx() if lr_varies else ax
-                twin.plot(s0["time"], s0["momentum"], color="tab:red", lw=1)
-                twin.set_ylabel("momentum", color="tab:red")
-        panels.append(("server optimizer (server 0)", draw))
-
-    if _varies(it["batch"].astype(float)):
-        def draw(ax):
-            for w in workers:
-                rows = it[it["worker"] == w]
-                ax.plot(rows["start"], rows["batch"], lw=1, label=f"worker {w}")
-            ax.set_ylabel("samples")
-            ax.legend(fontsize=7, ncol=len(workers), loc="upper right")
-        panels.append(("batch size per worker", draw))
-
-    if _varies(it["lr_scale"].astype(float)):
-        def draw(ax):
-            for w in workers:
-                rows = it[it["worker"] == w]
-                ax.scatter(rows["start"], rows["lr_scale"], s=4, label=f"worker {w}")
-            ax.set_ylabel("lr scale")
-            ax.legend(fontsize=7, ncol=len(workers), loc="lower right", markerscale=3)
-        panels.append(("learning-rate scale of each push", draw))
-
-    column, measure = value_staleness_column(it)
-    if column:
-        def draw(ax):
-            for w in workers:
-                rows = it[it["worker"] == w]
-                ax.scatter(rows["start"], rows[column], s=4, label=f"worker {w}")
-            ax.set_ylabel("value staleness")
-            ax.legend(fontsize=7, ncol=len(workers), loc="upper right", markerscale=3)
-        panels.append((f"value staleness of each push ({measure}, in average updates)", draw))
-
-    speeds = [e for e in events if "predicted" in e and "actual" in e and "worker" in e]
-    if speeds:
-        def draw(ax):
-            for w in workers:
-                mine = [e for e in speeds if e["worker"] == w]
-                line, = ax.plot([e["time"] for e in mine], [e["actual"] for e in mine], lw=1,
-                                label=f"worker {w}")
-                ax.plot([e["time"] for e in mine], [e["predicted"] for e in mine], lw=1, ls="--",
-                        color=line.get_color())
-            ax.set_ylabel("samples/s")
-            ax.set_yscale("log")
-            ax.legend(fontsize=7, ncol=len(workers), loc="upper right")
-        panels.append(("speed of each worker: measured (solid) and predicted (dashed)", draw))
-
-    groups = [e for e in events if "group" in e["kind"] and "groups" in e]
-    exchanges = log.exchanges
-    if len(exchanges):
-        members = groups[-1]["groups"] if groups else []
-
-        def draw(ax):
-            for g in sorted(int(x) for x in np.unique(exchanges["group"])):
-                rows = exchanges[exchanges["group"] == g]
-                who = f" (workers {', '.join(map(str, members[g]))})" if g < len(members) else ""
-                ax.plot(rows["time"], rows["exchange"], lw=1.2, label=f"group {g}{who}")
-            ax.set_ylabel("exchanges so far")
-            ax.legend(fontsize=7, loc="upper left")
-        panels.append(("GSSP: exchanges of each group server with the global servers", draw))
-        if np.isfinite(exchanges["ratio"]).any():
-            def draw(ax):
-                for g in sorted(int(x) for x in np.unique(exchanges["group"])):
-                    rows = exchanges[exchanges["group"] == g]
-                    ax.plot(rows["time"], rows["bytes_sent"] / np.maximum(rows["bytes_dense"], 1),
-                            lw=1, color=f"C{g}", label=f"group {g}: bytes sent / dense")
-                    ax.plot(rows["time"], rows["ratio"], ls="--", lw=1.5, color=f"C{g}",
-                            label=f"group {g}: upload ratio c")
-                ax.set_yscale("log")
-                ax.legend(fontsize=7, ncol=2, loc="lower left")
-            panels.append(("GDTopK: upload ratio and bytes of each exchange", draw))
-    # the rest (GSSP's exchanges, LB-BSP's rounds, ...); r* and modes have their panels
+    events = log.events()
+    panels = [panel for build in PANELS for panel in build(log, events)]
+    # the rest (GSSP's regroupings, LB-BSP's rounds, checkpoints, ...)
     kinds = list(dict.fromkeys(e["kind"] for e in events if e["kind"] not in TIMELINE_EVENTS
                                and "r_star" not in e and not _is_mode(e)))
     if kinds and (panels or any(not k.startswith(RUNTIME_EVENTS) for k in kinds)):
-        def draw(ax):
-            for row, kind in enumerate(kinds):
-                t = [e["time"] for e in events if e["kind"] == kind]
-                ax.plot(t, [row] * len(t), "|", ms=10, color="black")
-            ax.set_yticks(range(len(kinds)))
-            ax.set_yticklabels([f"{k} ({sum(e['kind'] == k for e in events)})" for k in kinds], fontsize=8)
-            ax.set_ylim(len(kinds) - 0.5, -0.5)
-            if groups:
-                ax.text(0.01, 0.02, f"groups: {groups[-1]['groups']}", transform=ax.transAxes, fontsize=8)
-        panels.append(("other events (count)", draw))
+        panels.append(_other_events(events, kinds))
     return panels
 
 
@@ -392,13 +475,18 @@ def dynamics_figure(log: RunLog, path: str) -> str | None:
 
 # all of it ------------------------------------------------------------------
 def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
-              window: tuple[float, float] | None = None) -> list[str]:
-    """Every figure for these runs into out_dir; returns the files written."""
+              window: tuple[float, float] | None = None, per_run: list[str] | None = None) -> list[str]:
+    """Every figure for these runs into out_dir; returns the files written.
+    Timelines and dynamics only for the runs in `per_run` (default: all)."""
     os.makedirs(out_dir, exist_ok=True)
     logs = [RunLog(d) for d in run_dirs]
     written = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
                staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
+    if target is not None:
+        written.append(time_to_target_figure(logs, os.path.join(out_dir, "time_to_target.png"), target))
     for log in logs:
+        if per_run is not None and log.run_dir not in per_run:
+            continue
         if len(log.iterations):
             written.append(timeline_figure(log, os.path.join(out_dir, f"timeline-{log.name}.png"), window))
         written.append(dynamics_figure(log, os.path.join(out_dir, f"dynamics-{log.name}.png")))

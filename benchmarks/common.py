@@ -18,8 +18,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-# Run from a checkout without `make install` too: mpips is found beside benchmarks/.
-sys.path.insert(1, os.path.dirname(HERE))
+# Run from a checkout without `make install` too: mpips is found beside benchmarks/
+# (last, so PYTHONPATH can point a run at another copy of mpips to compare).
+sys.path.append(os.path.dirname(HERE))
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
 # Open MPI as root, oversubscribed on a small machine (ENVIRONMENT.md).

@@ -122,7 +122,9 @@ def main(argv=None) -> int:
     shutil.rmtree(out, ignore_errors=True)
     table = rows(runs, args.target)
     write_csv(table, os.path.join(out + ".csv"))
-    figures = plot_runs(runs, out, target=args.target)
+    # a timeline and dynamics figure per run of the first seed; the others add to the summaries
+    first_seed = [r for r in runs if r.endswith(f"-s{args.seeds[0]}")]
+    figures = plot_runs(runs, out, target=args.target, per_run=first_seed)
     markdown = render_markdown(table, args.target)
     if len(args.seeds) > 1:
         markdown += f"\nMean over seeds {args.seeds}:\n\n" + render_markdown(mean_rows(table), args.target)
@@ -133,7 +135,7 @@ def main(argv=None) -> int:
             + f". Total {time.perf_counter() - started:.0f} s.\n\n" + markdown
             + ("\nFailed runs:\n\n" + "\n".join(f"- {f}" for f in failed) + "\n" if failed else "")
             + "\n" + "\n".join(f"![{os.path.basename(f)}]({args.name}/{os.path.basename(f)})"
-                               for f in figures if os.path.basename(f) in ("accuracy.png", "staleness.png")))
+                               for f in figures if os.path.basename(f) in ("time_to_target.png", "accuracy.png", "staleness.png")))
     write_results(args.name, {"settings": settings, "rows": table, "failed": failed,
                               "figures": [os.path.relpath(f, RESULTS) for f in figures]}, text)
     return 1 if failed else 0

@@ -108,9 +108,11 @@ def test_figures_are_written_and_readable(runs, tmp_path):
     p = script("plot.py", runs, "-o", tmp_path)
     written = sorted(os.path.basename(f) for f in p.stdout.split())
     # ssp and bsp decide nothing over time beyond what every run logs: no dynamics figure
-    assert written == ["accuracy.png", "staleness.png", "timeline-bsp.png", "timeline-ssp.png"]
+    assert written == ["accuracy.png", "staleness.png", "time_to_target.png", "timeline-bsp.png",
+                       "timeline-ssp.png"]
     clusters = 2   # heterogeneous and homogeneous: one column each
     expected = {"accuracy.png": (7.5, 6.5 * clusters), "staleness.png": (2.8, 3.6 * 2),
+                "time_to_target.png": (1.2 + 0.45 * 2, 6.5 * clusters),
                 "timeline-ssp.png": (2.2 + 1.3 * 4, 13), "timeline-bsp.png": (2.2 + 1.3 * 4, 13)}
     for name, (h, w) in expected.items():
         path = tmp_path / name

@@ -1,13 +1,15 @@
 """Resume outside Slurm: a job killed (SIGKILL) after a periodic checkpoint
 is started again with the same run directory and goes on from the checkpoint;
 a corrupt checkpoint stops the job with one line naming it (an incompatible
-one takes the same path: tests/unit/test_checkpoint.py)."""
+one takes the same path: tests/unit/test_checkpoint_files.py); SIGUSR1 to
+mpiexec checkpoints and exits 3, and Sync-Switch's mode survives it."""
 from __future__ import annotations
 
 import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -20,9 +22,10 @@ import pytest
 from conftest import MPI_ENV, MPIEXEC, train
 
 from mpips.checkpoint import checkpoint_files
+from mpips.log import RunLog
 
 RANKS = 4   # 1 server, 3 workers
-FLAGS = ("--paradigm", "ssp", "--staleness", "2", "--epochs", "6", "--checkpoint-every", "0.3",
+FLAGS = ("--paradigm", "ssp", "--staleness", "2", "--epochs", "12", "--checkpoint-every", "1",
          "--log-flush-seconds", "0.2")
 
 
@@ -39,16 +42,21 @@ def _kill_after_a_checkpoint(run_dir, timeout=120) -> None:
             assert p.poll() is None, f"job ended ({p.returncode}) before its first checkpoint"
             assert time.monotonic() < deadline, "no checkpoint written"
             time.sleep(0.05)
-        time.sleep(0.4)
+        time.sleep(0.6)   # work on, some of it flushed to the log: lost on resume
     finally:
-        procs = [psutil.Process(p.pid)]
-        procs += procs[0].children(recursive=True)
+        try:
+            procs = [psutil.Process(p.pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            procs = []
         for proc in procs:
             try:
                 proc.kill()
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(procs, timeout=30)
+        p.wait()
+    assert RunLog(str(run_dir)).status != "finished", "the job finished before the kill"
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +137,34 @@ def test_a_corrupt_checkpoint_stops_the_job_naming_the_file(resumed, tmp_path):
     assert job.returncode == 2, job.output
     line = _error_line(job)
     assert line.startswith(f"mpips: error: checkpoint {newest}: corrupt"), line
+
+
+def _preempt(run_dir, flags, after: str, timeout=180) -> tuple[int, str]:
+    """Start the job and send mpiexec SIGUSR1 (as jobs/common.sh passes on
+    Slurm's) once `after` is in its output; its exit status and output."""
+    cmd = [MPIEXEC, "--timeout", str(timeout), "-n", str(RANKS), sys.executable, "-m", "mpips",
+           "train", "--run-dir", str(run_dir), "--stall-timeout", "60", *flags]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         errors="replace", env={**os.environ, **MPI_ENV})
+    out = []
+    for line in p.stdout:
+        out.append(line)
+        if after and after in line:
+            p.send_signal(signal.SIGUSR1)
+            after = None
+    return p.wait(), "".join(out).replace("\0", "")
+
+
+def test_syncswitch_mode_survives_preemption(tmp_path):
+    run = tmp_path / "run"
+    flags = ("--paradigm", "syncswitch", "--switch-at", "0.05", "--epochs", "10", "--slowdown", "1,1,2")
+    status, out = _preempt(run, flags, after="mpips: epoch  2.")   # switched to ASP by then
+    assert status == 3 and "checkpoint 1 (preemption)" in out, out
+    log = train(RANKS, run, *flags).log
+    [checkpoint] = log.events("checkpoint")
+    [switch] = log.events("switch")   # one switch, not again after the resume
+    assert switch["to"] == "asp" and switch["clock"] <= min(checkpoint["clocks"])
+    n = log.layout["iterations_per_worker"]
+    assert log.redone["iterations"] == 0
+    for w in range(3):
+        assert np.sort(log.iterations["iteration"][log.iterations["worker"] == w]).tolist() == list(range(n))
