@@ -32,7 +32,7 @@ from common import mpiexec, quiet_barrier, run_inner, stats, table, write_result
 
 MODEL = "lenet5"
 BATCHES = {16: 2, 256: 20}   # batch size: epochs (178 and 100 iterations of the 1437 digits)
-ROUNDS = 3
+ROUNDS = 2
 SEED = 0
 GOAL = 1.02
 MICRO_REPS = 3000

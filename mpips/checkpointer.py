@@ -144,6 +144,8 @@ class Checkpointer:
 
     def maybe_request(self, ctx, view) -> None:
         """Server 0, at every loop: ask for a checkpoint when one is due."""
+        if ctx.rank != 0:
+            return   # GSSP's group servers are server 0 of their group's table
         if self.requested(ctx.control.latest) or view.done.all():
             return   # one at a time; none once every worker is done (the run ends anyway)
         if self.signal.received and not self.exiting:

@@ -1,15 +1,15 @@
 """Resume outside Slurm: a job killed (SIGKILL) after a periodic checkpoint
-is started again with the same run directory and goes on from the checkpoint;
-a corrupt checkpoint stops the job with one line naming it (an incompatible
-one takes the same path: tests/unit/test_checkpoint_files.py); SIGUSR1 to
-mpiexec checkpoints and exits 3, and Sync-Switch's mode survives it."""
+is started again with the same run directory and goes on from the checkpoint,
+Sync-Switch's mode included; a corrupt checkpoint stops the job with one line
+naming it (an incompatible one takes the same path:
+tests/unit/test_checkpoint_files.py). SIGUSR1: tests/slurm and
+tests/mpi/inproc/test_checkpointer.py."""
 from __future__ import annotations
 
 import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,28 +21,40 @@ import pytest
 
 from conftest import MPI_ENV, MPIEXEC, train
 
-from mpips.checkpoint import checkpoint_files
+from mpips.checkpoint import CheckpointError, checkpoint_files, decode, read_checkpoint
 from mpips.log import RunLog
+from mpips.paradigms.base import MODE_ASP, SLOT_MODE
 
 RANKS = 4   # 1 server, 3 workers
-FLAGS = ("--paradigm", "ssp", "--staleness", "2", "--epochs", "12", "--checkpoint-every", "1",
-         "--log-flush-seconds", "0.2")
+# BSP for the first 2% of the samples, then ASP: the checkpoint must keep the mode
+FLAGS = ("--paradigm", "syncswitch", "--switch-at", "0.02", "--epochs", "12", "--slowdown", "1,1,2",
+         "--checkpoint-every", "0.5", "--log-flush-seconds", "0.2")
+
+
+def _checkpoint_in_asp(run_dir) -> bool:
+    """The newest checkpoint was taken after the switch to ASP (server 0 holds the table)."""
+    files = checkpoint_files(str(run_dir))
+    try:
+        _, ranks = read_checkpoint(files[-1]) if files else (None, None)
+    except CheckpointError:
+        return False   # pruned while we read it
+    return bool(ranks) and decode(*ranks[0])["control"][SLOT_MODE] == MODE_ASP
 
 
 def _kill_after_a_checkpoint(run_dir, timeout=120) -> None:
-    """Start the job; once a checkpoint exists and training went on a little,
-    SIGKILL mpiexec and every rank (a node lost, no chance to clean up)."""
+    """Start the job; once a checkpoint was taken in ASP mode and training
+    went on a little, SIGKILL mpiexec and every rank (a node lost)."""
     cmd = [MPIEXEC, "-n", str(RANKS), sys.executable, "-m", "mpips", "train",
            "--run-dir", str(run_dir), "--stall-timeout", "60", *FLAGS]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          env={**os.environ, **MPI_ENV})
     try:
         deadline = time.monotonic() + timeout
-        while not checkpoint_files(str(run_dir)):
-            assert p.poll() is None, f"job ended ({p.returncode}) before its first checkpoint"
-            assert time.monotonic() < deadline, "no checkpoint written"
+        while not _checkpoint_in_asp(run_dir):
+            assert p.poll() is None, f"job ended ({p.returncode}) before a checkpoint in ASP mode"
+            assert time.monotonic() < deadline, "no checkpoint in ASP mode written"
             time.sleep(0.05)
-        time.sleep(0.6)   # work on, some of it flushed to the log: lost on resume
+        time.sleep(0.3)   # work on, some of it flushed to the log: lost on resume
     finally:
         try:
             procs = [psutil.Process(p.pid)]
@@ -104,6 +116,9 @@ def test_a_killed_job_resumes_from_its_checkpoint_and_finishes(resumed):
     assert steps.tolist() == list(range(1, steps[-1] + 1))
     assert steps[0] == 1 and cut["step"] < steps[-1]
     assert log.summary()["final_accuracy"] is not None
+    # Sync-Switch's mode survived: one switch, before the cut, not again after it
+    [switch] = log.events("switch")
+    assert switch["to"] == "asp" and switch["clock"] <= min(cut["clocks"])
 
 
 def test_work_lost_after_the_checkpoint_is_left_out(resumed):
@@ -137,34 +152,3 @@ def test_a_corrupt_checkpoint_stops_the_job_naming_the_file(resumed, tmp_path):
     assert job.returncode == 2, job.output
     line = _error_line(job)
     assert line.startswith(f"mpips: error: checkpoint {newest}: corrupt"), line
-
-
-def _preempt(run_dir, flags, after: str, timeout=180) -> tuple[int, str]:
-    """Start the job and send mpiexec SIGUSR1 (as jobs/common.sh passes on
-    Slurm's) once `after` is in its output; its exit status and output."""
-    cmd = [MPIEXEC, "--timeout", str(timeout), "-n", str(RANKS), sys.executable, "-m", "mpips",
-           "train", "--run-dir", str(run_dir), "--stall-timeout", "60", *flags]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         errors="replace", env={**os.environ, **MPI_ENV})
-    out = []
-    for line in p.stdout:
-        out.append(line)
-        if after and after in line:
-            p.send_signal(signal.SIGUSR1)
-            after = None
-    return p.wait(), "".join(out).replace("\0", "")
-
-
-def test_syncswitch_mode_survives_preemption(tmp_path):
-    run = tmp_path / "run"
-    flags = ("--paradigm", "syncswitch", "--switch-at", "0.05", "--epochs", "10", "--slowdown", "1,1,2")
-    status, out = _preempt(run, flags, after="mpips: epoch  2.")   # switched to ASP by then
-    assert status == 3 and "checkpoint 1 (preemption)" in out, out
-    log = train(RANKS, run, *flags).log
-    [checkpoint] = log.events("checkpoint")
-    [switch] = log.events("switch")   # one switch, not again after the resume
-    assert switch["to"] == "asp" and switch["clock"] <= min(checkpoint["clocks"])
-    n = log.layout["iterations_per_worker"]
-    assert log.redone["iterations"] == 0
-    for w in range(3):
-        assert np.sort(log.iterations["iteration"][log.iterations["worker"] == w]).tolist() == list(range(n))
