@@ -53,6 +53,14 @@ Policies (`server_control`, server 0):
   it has been back under the factor for straggler_rounds iterations, BSP
   resumes. BSP rounds still total ceil(f x iterations): once spent, ASP stays.
 
+Log: every switch is an event `switch` of server 0 (time of the write of K):
+`to` (asp|bsp), `clock` (K), `reason`, `samples` (W x b x K, the samples
+processed when the new mode takes effect), `samples_pushed` (at the decision),
+`bsp_samples` (of all BSP phases up to K), `budget`, `bsp_target` (f x budget),
+`lr` and `momentum` in effect after it (`momentum_ramp` for ASP; `decided`, the
+time of the first phase, for BSP). Each server's `applies` rows carry the lr
+and momentum of every step.
+
 A caveat: the control table is read with one Get; the causal chain from a
 decision to the first push it governs runs through a whole worker iteration,
 so a snapshot that shows such a push shows the decision. `round_ready` keeps
