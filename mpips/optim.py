@@ -20,9 +20,11 @@ def _warm_up(kind: str) -> None:
 
 
 class ServerOptimizer:
-    def __init__(self, config, shard: np.ndarray):
+    def __init__(self, config, shard: np.ndarray, *, total_epochs: float | None = None):
         _warm_up(config.optimizer)
         self.config = config
+        # the cosine schedule's length: the run's real budget, also under --iterations
+        self.total_epochs = total_epochs or config.epochs
         self.param = torch.from_numpy(shard)
         self._grad = torch.zeros_like(self.param)
         self.param.grad = self._grad
@@ -54,7 +56,7 @@ class ServerOptimizer:
         if c.lr_schedule == "step":
             return c.lr * c.lr_gamma ** math.floor(epoch / c.lr_step_every)
         if c.lr_schedule == "cosine":
-            return c.lr * 0.5 * (1 + math.cos(math.pi * min(epoch / c.epochs, 1.0)))
+            return c.lr * 0.5 * (1 + math.cos(math.pi * min(epoch / self.total_epochs, 1.0)))
         return c.lr
 
     def step(self, grad: np.ndarray, lr: float) -> float:

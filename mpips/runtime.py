@@ -63,7 +63,7 @@ def _device(config: Config, comm: MPI.Intracomm) -> torch.device:
 
 def versions() -> dict:
     return {"mpips": __version__, "torch": torch.__version__, "numpy": np.__version__,
-            "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+            "mpi": MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip(),
             "python": platform.python_version(), "host": platform.node()}
 
 

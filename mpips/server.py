@@ -19,7 +19,8 @@ class Server:
     def __init__(self, ctx: Context, evaluator=None):
         self.ctx = ctx
         self.s = ctx.index
-        self.opt = ServerOptimizer(ctx.config, ctx.store.shard)
+        self.opt = ServerOptimizer(ctx.config, ctx.store.shard,
+                                   total_epochs=ctx.iterations / ctx.iterations_per_epoch)
         self.grad = np.zeros_like(ctx.store.shard)
         self.consumed = np.zeros(ctx.control.workers, dtype=np.int64)  # per row of the table
         self.steps = 0

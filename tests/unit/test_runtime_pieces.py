@@ -89,3 +89,25 @@ def test_log_roundtrip(tmp_path):
 def test_not_a_run_dir(tmp_path):
     with pytest.raises(FileNotFoundError, match="no run log"):
         RunLog(str(tmp_path))
+
+
+def test_lr_schedules_follow_the_run_budget():
+    from mpips.optim import ServerOptimizer
+
+    shard = np.zeros(3, np.float32)
+    cosine = ServerOptimizer(Config(lr=0.2, lr_schedule="cosine", epochs=10), shard, total_epochs=4)
+    assert cosine.scheduled_lr(0) == pytest.approx(0.2)
+    assert cosine.scheduled_lr(2) == pytest.approx(0.1)
+    assert cosine.scheduled_lr(4) == pytest.approx(0.0, abs=1e-12)
+    step = ServerOptimizer(Config(lr=0.2, lr_schedule="step", lr_step_every=2, lr_gamma=0.5), shard)
+    assert [step.scheduled_lr(e) for e in (0, 1.9, 2, 4.5)] == pytest.approx([0.2, 0.2, 0.1, 0.05])
+
+
+def test_server_sgd_step_moves_the_shard_in_place():
+    from mpips.optim import ServerOptimizer
+
+    shard = np.ones(4, np.float32)
+    opt = ServerOptimizer(Config(lr=0.5, momentum=0.0), shard)
+    norm = opt.step(np.full(4, 2.0, np.float32), lr=0.5)
+    np.testing.assert_allclose(shard, 0.0)
+    assert norm == pytest.approx(2.0)
