@@ -139,7 +139,7 @@ def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
         ax.set_yticks(range(len(names)))
         ax.set_yticklabels(names)
         ax.set_ylim(len(names) - 0.5, -0.5)
-        ax.set_xlim(0, 1.45 * longest if longest else 1)
+        ax.set_xlim(0, 1.8 * longest if longest else 1)
         ax.set_xlabel(f"seconds to {100 * target:g}% test accuracy")
         ax.set_title(cluster, fontsize=10)
         ax.grid(axis="x", alpha=0.3)

@@ -28,6 +28,7 @@ COLUMNS = [
     ("heterogeneity", "heterogeneity", "s"),
     ("runs", "runs", "d"),
     ("time_to_target", "time to {target} (s)", ".2f"),
+    ("epochs_to_target", "epochs to {target}", ".2f"),
     ("reached", "reached", "s"),
     ("final_accuracy", "final acc", "pct"),
     ("best_accuracy", "best acc", "pct"),
@@ -41,7 +42,7 @@ COLUMNS = [
     ("bytes_sent", "bytes sent", "bytes"),
 ]
 # Columns averaged by `mean_rows`; the others identify the group or are counted.
-NUMERIC = ["time_to_target", "final_accuracy", "best_accuracy", "wall_seconds", "updates",
+NUMERIC = ["time_to_target", "epochs_to_target", "final_accuracy", "best_accuracy", "wall_seconds", "updates",
            "updates_per_second", "samples_per_second", "mean_wait_fraction", "mean_staleness",
            "max_staleness", "bytes_sent"]
 GROUP_BY = ("paradigm", "layout", "heterogeneity")
@@ -98,7 +99,8 @@ def run_row(log: RunLog, target: float) -> dict:
         "seed": log.config["seed"],
         "status": log.status,
         "time_to_target": reached,
-        **{k: s[k] for k in NUMERIC if k != "time_to_target"},
+        "epochs_to_target": log.epochs_to_accuracy(target),
+        **{k: s[k] for k in NUMERIC if k not in ("time_to_target", "epochs_to_target")},
     }
 
 
@@ -108,8 +110,8 @@ def rows(run_dirs: list[str], target: float) -> list[dict]:
 
 def mean_rows(table: list[dict]) -> list[dict]:
     """One row per (paradigm, layout, heterogeneity): the mean over its runs
-    (seeds). Time to target is the mean over the runs that reached it, and
-    `reached` says how many did."""
+    (seeds). Time and epochs to target are means over the runs that reached
+    it, and `reached` says how many did."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in table:
         groups[tuple(r[k] for k in GROUP_BY)].append(r)
@@ -117,10 +119,9 @@ def mean_rows(table: list[dict]) -> list[dict]:
     for key, members in groups.items():
         row = dict(zip(GROUP_BY, key))
         row["runs"] = len(members)
-        hit = [m["time_to_target"] for m in members if m["time_to_target"] is not None]
-        row["reached"] = f"{len(hit)}/{len(members)}"
+        row["reached"] = f"{sum(m['time_to_target'] is not None for m in members)}/{len(members)}"
         for k in NUMERIC:
-            values = hit if k == "time_to_target" else [m[k] for m in members if m[k] is not None]
+            values = [m[k] for m in members if m[k] is not None]
             row[k] = sum(values) / len(values) if values else None
         out.append(row)
     return out

@@ -23,6 +23,7 @@ from common import RESULTS, mpiexec, write_results
 from analysis.plot import plot_runs
 from analysis.summarize import mean_rows, render_markdown, rows, write_csv
 from mpips.config import Config
+from mpips.log import RunLog
 from mpips.paradigms import available
 
 SERVERS, WORKERS = 1, 4
@@ -67,6 +68,13 @@ def failure_reason(output: str) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
+def finished(run_dir: str) -> bool:
+    try:
+        return RunLog(run_dir).status == "finished"
+    except (FileNotFoundError, OSError, KeyError):
+        return False
+
+
 def run_all(args) -> tuple[list[str], list[str]]:
     """Train every (seed, cluster, paradigm); returns (run dirs, failures)."""
     done, failed = [], []
@@ -74,6 +82,9 @@ def run_all(args) -> tuple[list[str], list[str]]:
         for cluster in args.clusters:
             for name, paradigm, extra in setups(args.paradigms):
                 run_dir = os.path.join(args.runs, f"{cluster[:3]}-{name}-s{seed}")
+                if args.reuse and finished(run_dir):
+                    done.append(run_dir)
+                    continue
                 shutil.rmtree(run_dir, ignore_errors=True)
                 cmd = ["-m", "mpips", "train", "--paradigm", paradigm, "--run-dir", run_dir,
                        *train_flags(args, cluster, seed), *extra]
@@ -108,6 +119,8 @@ def main(argv=None) -> int:
     p.add_argument("--runs", default="runs/compare", help="where the run directories go")
     p.add_argument("--name", default="paradigms", help="results/<name>.md|json and results/<name>/")
     p.add_argument("--timeout", type=float, default=300, help="seconds one run may take")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep runs already finished in --runs (to resume, or redo the table and figures)")
     args = p.parse_args(argv)
     unknown = [c for c in args.clusters if c not in CLUSTERS]
     if unknown:
@@ -130,9 +143,11 @@ def main(argv=None) -> int:
         markdown += f"\nMean over seeds {args.seeds}:\n\n" + render_markdown(mean_rows(table), args.target)
     settings = {k: getattr(args, k) for k in ("paradigms", "clusters", "seeds", "model", "dataset",
                                               "epochs", "lr", "batch_size", "eval_every", "target")}
+    reused = " (--reuse: runs trained earlier are kept, so the total is not their training time)" \
+        if args.reuse else ""
     text = (f"Settings: {settings}; {SERVERS} server + {WORKERS} workers (GSSP: + its group servers); "
             f"clusters: " + "; ".join(f"{c}: `{' '.join(f) or 'no slowdown'}`" for c, f in CLUSTERS.items())
-            + f". Total {time.perf_counter() - started:.0f} s.\n\n" + markdown
+            + f". Total {time.perf_counter() - started:.0f} s{reused}.\n\n" + markdown
             + ("\nFailed runs:\n\n" + "\n".join(f"- {f}" for f in failed) + "\n" if failed else "")
             + "\n" + "\n".join(f"![{os.path.basename(f)}]({args.name}/{os.path.basename(f)})"
                                for f in figures if os.path.basename(f) in ("time_to_target.png", "accuracy.png", "staleness.png")))

@@ -290,3 +290,11 @@ class RunLog:
         ev = self.evaluations
         hit = np.flatnonzero(ev["accuracy"] >= target)
         return float(ev["time"][hit[0]]) if hit.size else None
+
+    def epochs_to_accuracy(self, target: float) -> float | None:
+        """Epochs of samples pushed until an evaluation first reached `target`
+        (None if never): the statistical side of time to accuracy, which a
+        loaded machine's timing noise does not touch."""
+        ev = self.evaluations
+        hit = np.flatnonzero(ev["accuracy"] >= target)
+        return float(ev["epoch"][hit[0]]) if hit.size else None

@@ -40,10 +40,11 @@ def script(name: str, *args) -> subprocess.CompletedProcess:
     return p
 
 
-def first_time_at(ev: np.ndarray, target: float):
-    for t, acc in sorted(zip(ev["time"], ev["accuracy"])):
+def first_at(ev: np.ndarray, target: float):
+    """(time, epoch) of the first evaluation at or above target."""
+    for t, epoch, acc in sorted(zip(ev["time"], ev["epoch"], ev["accuracy"])):
         if acc >= target:
-            return float(t)
+            return float(t), float(epoch)
     return None
 
 
@@ -56,9 +57,11 @@ def test_table_values_come_from_the_logs(runs):
         server0 = log.applies[log.applies["server"] == 0]
         # one update per apply of server 0, each numbered in turn
         assert row["updates"] == len(server0) == server0["step"][-1]
-        t = first_time_at(ev, TARGET)
-        assert t is not None, f"{name} never reached {TARGET}: {ev['accuracy']}"
-        assert row["time_to_target"] == pytest.approx(t)
+        hit = first_at(ev, TARGET)
+        assert hit is not None, f"{name} never reached {TARGET}: {ev['accuracy']}"
+        assert row["time_to_target"] == pytest.approx(hit[0])
+        assert row["epochs_to_target"] == pytest.approx(hit[1])
+        assert 0 < row["epochs_to_target"] <= 2 + 1e-6
         assert row["final_accuracy"] == pytest.approx(float(ev["accuracy"][np.argmax(ev["time"])]))
         assert row["best_accuracy"] == pytest.approx(float(ev["accuracy"].max()))
         assert row["bytes_sent"] == len(it) * 4 * log.layout["parameters"]   # dense float32 pushes
@@ -83,7 +86,8 @@ def test_table_values_come_from_the_logs(runs):
     assert table["ssp"]["heterogeneity"] == "slowdown 1,1,2,4"
     assert table["bsp"]["heterogeneity"] == "homogeneous"
     # an accuracy never reached has no time
-    assert all(r["time_to_target"] is None for r in summarize.rows([str(runs / "bsp")], 1.01))
+    assert all(r["time_to_target"] is None and r["epochs_to_target"] is None
+               for r in summarize.rows([str(runs / "bsp")], 1.01))
 
 
 def test_summarize_cli_writes_csv_and_markdown(runs, tmp_path):

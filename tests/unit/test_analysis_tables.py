@@ -14,7 +14,8 @@ from mpips.log import RankLog, RunLog, rank_file, write_run_end, write_run_heade
 
 def row(paradigm, seed, time_to_target, acc, hetero="homogeneous"):
     values = {k: 1.0 for k in summarize.NUMERIC}
-    values.update(time_to_target=time_to_target, final_accuracy=acc)
+    values.update(time_to_target=time_to_target, final_accuracy=acc,
+                  epochs_to_target=None if time_to_target is None else 2.0 * time_to_target)
     return {"run": f"{paradigm}-{seed}", "paradigm": paradigm, "layout": "1+0+4",
             "heterogeneity": hetero, "seed": seed, "status": "finished", **values}
 
@@ -26,6 +27,7 @@ def test_mean_rows_average_per_paradigm_and_cluster():
     ssp = means["ssp", "homogeneous"]
     assert ssp["runs"] == 3 and ssp["reached"] == "2/3"
     assert ssp["time_to_target"] == pytest.approx(3.0)          # over the runs that reached it
+    assert ssp["epochs_to_target"] == pytest.approx(6.0)
     assert ssp["final_accuracy"] == pytest.approx((0.90 + 0.80 + 0.94) / 3)
     assert means["bsp", "homogeneous"]["runs"] == 1
     assert means["ssp", "slowdown 1,4"]["time_to_target"] == 1.0
@@ -35,8 +37,8 @@ def test_renderings_show_every_row_and_mark_missing_values():
     table = [row("ssp", 0, None, 0.5), row("bsp", 0, 2.5, 0.9)]
     md = summarize.render_markdown(table, 0.9).splitlines()
     assert len(md) == 4 and "time to 90% (s)" in md[0]
-    assert "| ssp-0 | ssp | 1+0+4 | homogeneous | - | 50.0% |" in md[2]
-    assert "| 2.50 | 90.0% |" in md[3]
+    assert "| ssp-0 | ssp | 1+0+4 | homogeneous | - | - | 50.0% |" in md[2]
+    assert "| 2.50 | 5.00 | 90.0% |" in md[3]
     text = summarize.render_text(table, 0.9).splitlines()
     assert len(text) == 4 and len({len(line) for line in text}) == 1   # aligned
 
