@@ -21,16 +21,7 @@ RESULTS = os.path.join(HERE, "results")
 # Run from a checkout without `make install` too: mpips is found beside benchmarks/
 # (last, so PYTHONPATH can point a run at another copy of mpips to compare).
 sys.path.append(os.path.dirname(HERE))
-MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-
-# Open MPI as root, oversubscribed on a small machine (ENVIRONMENT.md).
-MPI_ENV = {
-    "OMPI_ALLOW_RUN_AS_ROOT": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
-    "OMPI_MCA_osc": "^ucx",
-    "PYTHONUNBUFFERED": "1",
-}
+from mpips.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
 
 
 def stats(seconds) -> dict:

@@ -16,15 +16,7 @@ import pytest
 
 from mpips.log import RunLog
 
-MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-
-MPI_ENV = {
-    "OMPI_ALLOW_RUN_AS_ROOT": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
-    "OMPI_MCA_osc": "^ucx",
-    "PYTHONUNBUFFERED": "1",
-}
+from mpips.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
 
 
 @dataclass
