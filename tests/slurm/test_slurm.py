@@ -77,12 +77,17 @@ rank = MPI.COMM_WORLD.Get_rank()
 if os.environ.get("SLURM_RESTART_COUNT", "0") != "0":
     print(f"rank {rank} resumed", flush=True)
     sys.exit(0)
-def on_usr1(signum, frame):
-    print(f"rank {rank} got USR1", flush=True)
-    os._exit(3)  # "checkpointed, not finished"
-signal.signal(signal.SIGUSR1, on_usr1)
+got = []
+signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
 open(f"{sys.argv[1]}/ready.{rank}", "w").close()
-time.sleep(120)
+deadline = time.monotonic() + 120
+while not got and time.monotonic() < deadline:
+    time.sleep(0.05)
+if got:
+    print(f"rank {rank} got USR1", flush=True)
+# Both ranks report before either exits: mpirun kills the others at the first exit.
+MPI.COMM_WORLD.Barrier()
+sys.exit(3)  # "checkpointed, not finished"
 """
 
 
