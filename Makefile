@@ -29,6 +29,7 @@ demo: install
 	$(MPIEXEC) -n 5 $(PY) -m mpips train --paradigm ssp --staleness 3 --slowdown 1,1,2,4 \
 		--epochs 10 --run-dir runs/demo
 	$(PY) -m mpips info runs/demo
+	$(PY) analysis/plot.py runs/demo -o runs/demo/figures
 
 test: install test-unit test-mpi test-slurm
 
