@@ -12,9 +12,13 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
+import torch
 
+from mpips.data import WorkerShard, load_dataset
 from mpips.log import RunLog
+from mpips.models import build_model
 
 from mpips.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
 
@@ -52,3 +56,22 @@ def train(n: int, run_dir, *flags: str, timeout: float = 240, check: bool = True
 @pytest.fixture
 def run_dir(tmp_path):
     return tmp_path / "run"
+
+
+def uneven_sgd_oracle(config, batches: np.ndarray) -> np.ndarray:
+    """One process, SGD on the concatenation of the workers' batches each
+    round; batches[r, i] = samples of worker i in round r."""
+    data = load_dataset(config)
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, data.input_shape, data.num_classes)
+    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    workers = batches.shape[1]
+    shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
+    for sizes in batches:
+        parts = [shard.next_batch(int(n)) for shard, n in zip(shards, sizes)]
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(torch.cat([p[0] for p in parts])),
+                                                 torch.cat([p[1] for p in parts]))
+        loss.backward()
+        opt.step()
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()

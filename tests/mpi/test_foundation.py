@@ -3,29 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
-from conftest import train
+from conftest import train, uneven_sgd_oracle
 from mpips.config import load
-from mpips.data import WorkerShard, load_dataset
-from mpips.models import build_model
 
 
 def sgd_oracle(config, workers: int, rounds: int) -> np.ndarray:
-    """One process, SGD on the concatenation of the workers' batches each round."""
-    data = load_dataset(config)
-    torch.manual_seed(config.seed)
-    model = build_model(config.model, data.input_shape, data.num_classes)
-    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
-    shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
-    for _ in range(rounds):
-        batches = [s.next_batch(config.batch_size) for s in shards]
-        x = torch.cat([b[0] for b in batches])
-        y = torch.cat([b[1] for b in batches])
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+    """One process, SGD on the concatenation of the workers' equal batches each round."""
+    return uneven_sgd_oracle(config, np.full((rounds, workers), config.batch_size))
 
 
 @pytest.mark.parametrize("servers", [1, 2])

@@ -4,33 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
-from conftest import train
+from conftest import train, uneven_sgd_oracle
 from mpips.config import Config
-from mpips.data import WorkerShard, load_dataset
-from mpips.models import build_model
 
 SLOW = "1,1,2,4"
-
-
-def uneven_sgd_oracle(config: Config, batches: np.ndarray) -> np.ndarray:
-    """One process, SGD on the concatenation of the workers' batches each
-    round; batches[r, i] = samples of worker i in round r."""
-    data = load_dataset(config)
-    torch.manual_seed(config.seed)
-    model = build_model(config.model, data.input_shape, data.num_classes)
-    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
-    workers = batches.shape[1]
-    shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
-    for sizes in batches:
-        parts = [shard.next_batch(int(n)) for shard, n in zip(shards, sizes)]
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(torch.cat([p[0] for p in parts])),
-                                                 torch.cat([p[1] for p in parts]))
-        loss.backward()
-        opt.step()
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
 
 
 def per_round(log, column: str) -> np.ndarray:
