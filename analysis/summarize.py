@@ -182,6 +182,8 @@ def main(argv=None) -> int:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
     p.add_argument("--target", type=float, default=0.9, help="accuracy for the time-to-target column")
     p.add_argument("--mean", action="store_true", help="one row per paradigm and cluster: mean over runs")
+    p.add_argument("--columns", type=lambda s: s.split(","), metavar="KEY,...",
+                   help="only these columns: " + ",".join(k for k, _, _ in COLUMNS))
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     p.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     args = p.parse_args(argv)
@@ -193,6 +195,11 @@ def main(argv=None) -> int:
     unfinished = [r["run"] for r in table if r["status"] != "finished"]
     if args.mean:
         table = mean_rows(table)
+    if args.columns:
+        unknown = set(args.columns) - {k for k, _, _ in COLUMNS}
+        if unknown:
+            p.error(f"unknown column(s) {', '.join(sorted(unknown))}")
+        table = [{k: r[k] for k in args.columns if k in r} for r in table]
     print(render_text(table, args.target))
     if unfinished:
         print(f"not finished (partial logs): {', '.join(unfinished)}")

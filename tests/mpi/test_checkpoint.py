@@ -27,7 +27,8 @@ from mpips.paradigms.base import MODE_ASP, SLOT_MODE
 
 RANKS = 4   # 1 server, 3 workers
 # BSP for the first 2% of the samples, then ASP: the checkpoint must keep the mode
-FLAGS = ("--paradigm", "syncswitch", "--switch-at", "0.02", "--epochs", "12", "--slowdown", "1,1,2",
+# 40 epochs: long enough that even an idle machine cannot finish before the kill lands
+FLAGS = ("--paradigm", "syncswitch", "--switch-at", "0.02", "--epochs", "40", "--slowdown", "1,1,2",
          "--checkpoint-every", "0.5", "--log-flush-seconds", "0.2")
 
 
