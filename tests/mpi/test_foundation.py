@@ -66,11 +66,13 @@ def test_ssp_reaches_90_percent_despite_the_straggler(ssp_runs):
     assert ssp_runs["ssp3"].summary()["final_accuracy"] >= 0.90
 
 
-# ASP's stale, sometimes batched pushes with momentum 0.9 diverge at lr 0.1 on two
-# oversubscribed cores (measured: 9% accuracy); lr 0.05 converges (94%).
-@pytest.mark.parametrize("paradigm, lr", [("bsp", "0.1"), ("asp", "0.05")])
-def test_reaches_90_percent(tmp_path, paradigm, lr):
-    log = train(5, tmp_path / "run", "--paradigm", paradigm, "--epochs", "10", "--lr", lr).log
+# ASP's stale, sometimes batched pushes with momentum 0.9 diverge on two oversubscribed
+# cores (measured: 9% at lr 0.1; once 23% at lr 0.05); momentum 0.5 converges (94.7-96.4%
+# over seeds 0-2 at lr 0.1, 15 epochs).
+@pytest.mark.parametrize("paradigm, flags", [("bsp", ("--epochs", "10", "--lr", "0.1")),
+                                             ("asp", ("--epochs", "15", "--lr", "0.1", "--momentum", "0.5"))])
+def test_reaches_90_percent(tmp_path, paradigm, flags):
+    log = train(5, tmp_path / "run", "--paradigm", paradigm, *flags).log
     s = log.summary()
     assert s["final_accuracy"] >= 0.90
     if paradigm == "bsp":
