@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,6 @@ class Context:
     iterations: int              # iterations per worker
     iterations_per_epoch: int
     num_params: int
-    extra: dict = field(default_factory=dict)
     # GSSP gives a role one context per level of servers; the rows of `control`
     # are then the group's workers, or (global level) the group servers.
     epoch_pushes: int = 0            # pushes in `control` per epoch; 0 = workers x iterations

@@ -28,7 +28,6 @@ class Server:
         self.norm_ema = UpdateNormEMA(NORM_EMA_BETA)
         self.evaluator = evaluator          # server 0 evaluates
         self.next_eval = ctx.config.eval_every
-        self.started = time.perf_counter()
 
     @property
     def pushes(self) -> int:
