@@ -33,10 +33,14 @@ the cut; it is segment k of the run (rank logs rank-<r>.s<k>.h5, an event
 `segment`). A periodic checkpoint loses what was done after it; RunLog
 leaves those rows out.
 
-GSSP is not covered yet: its group servers would have to pass the request
-down into their group's table and the acknowledgement up (each is a server
-of one table and a client of another) and save their own state (delta,
-exchange counters, the groups). It runs with `enabled=False`.
+GSSP has two levels of tables. Its group servers relay: one that sees
+CHECKPOINT = n in the global table writes it into its group's table (`relay`),
+stops once its workers have (or are done), acknowledges in its global row,
+and on the global GO hands the same GO (and CHECKPOINT_EXIT) down to its
+workers (`halt(..., group=)`). A group server whose workers are all done keeps
+relaying until the global servers finish, and its workers wait for it, so that
+every rank takes part in every checkpoint (the gather is collective). The
+groups are kept in the checkpoint's meta: a resumed job does not profile again.
 """
 from __future__ import annotations
 
@@ -85,14 +89,12 @@ class Checkpointer:
     found, and each rank receives its own part of it.
     """
 
-    def __init__(self, comm, run_dir: str, config, ident: dict, found: Resume | None, *,
-                 enabled: bool = True):
+    def __init__(self, comm, run_dir: str, config, ident: dict, found: Resume | None):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.run_dir = run_dir
         self.config = config
         self.identity = ident
-        self.enabled = enabled
         self.signal = PreemptionSignal()
         self.resumed, self.path, self.segment = comm.bcast(
             (found.meta, found.path, found.segment) if found else (None, None, 0))
@@ -103,6 +105,8 @@ class Checkpointer:
         self.reason = ""             # server 0: why it asked for the pending one
         self.exiting = False         # server 0: the preemption checkpoint is asked for
         self.cut_time = 0.0
+        self.relayed = 0             # a GSSP group server: latest request passed to its group
+        self.meta_extra: dict = {}   # rank 0: more for the meta (GSSP: the groups)
         if self.rank == 0 and not self.resumed:
             clear_checkpoints(run_dir)
 
@@ -145,17 +149,12 @@ class Checkpointer:
     def maybe_request(self, ctx, view) -> None:
         """Server 0, at every loop: ask for a checkpoint when one is due."""
         if ctx.rank != 0:
-            return   # GSSP's group servers are server 0 of their group's table
+            return   # GSSP's group servers are server 0 of their group's table: they `relay`
         if self.requested(ctx.control.latest) or view.done.all():
             return   # one at a time; none once every worker is done (the run ends anyway)
         if self.signal.received and not self.exiting:
-            if not self.enabled:
-                self.exiting = True
-                print("mpips: SIGUSR1 ignored: this layout cannot checkpoint (GSSP)",
-                      file=sys.stderr, flush=True)
-                return
             reason = "preemption"
-        elif self.enabled and self.config.checkpoint_every and ctx.now() >= self.next_due:
+        elif self.config.checkpoint_every and ctx.now() >= self.next_due:
             reason = "periodic"
         else:
             return
@@ -166,6 +165,14 @@ class Checkpointer:
             ctx.control.write(G.CHECKPOINT_EXIT, [n])   # before the request: read after GO
         ctx.control.write(G.CHECKPOINT, [n])
         ctx.log.event(ctx.now(), "checkpoint_request", number=n, reason=reason)
+
+    def relay(self, up, group) -> None:
+        """A GSSP group server, at every loop: a checkpoint asked for in the
+        global table (`up`) is asked for in its group's table too."""
+        n = int(up.control.read()[G.CHECKPOINT])
+        if n > max(self.handled, self.relayed):
+            self.relayed = n
+            group.control.write(G.CHECKPOINT, [n])
 
     def clients_stopped(self, control, snap: np.ndarray) -> bool:
         """A server may stop: a checkpoint is asked for and every client row
@@ -196,10 +203,11 @@ class Checkpointer:
                 return total
             stop()
 
-    def halt(self, ctx, role_state, *, ack: int, coordinator: bool = False) -> None:
+    def halt(self, ctx, role_state, *, ack: int, coordinator: bool = False, group=None) -> None:
         """Stop here for the checkpoint asked for: acknowledge in this rank's
         row (offset `ack`), wait for GO, save `role_state()`. Returns when the
-        run goes on; raises Preempted when it ends here."""
+        run goes on; raises Preempted when it ends here. `group`: a GSSP group
+        server's group level, whose workers wait for GO in their own table."""
         control = ctx.control
         n = int(control.read()[G.CHECKPOINT])
         control.write(ack, [n])
@@ -223,14 +231,18 @@ class Checkpointer:
                      what=f"stopped for checkpoint {n}",
                      describe=lambda: "server 0 (rank 0) to see every server stopped")
             go = int(control.latest[G.CHECKPOINT_GO])
+        exiting = go > 0 and int(control.read()[G.CHECKPOINT_EXIT]) == n
+        if group is not None:
+            if exiting:
+                group.control.write(G.CHECKPOINT_EXIT, [n])   # read by its workers after GO
+            group.control.write(G.CHECKPOINT_GO, [go])
         self.handled = n
         if go < 0:
             if coordinator:
                 ctx.log.event(ctx.now(), "checkpoint_cancelled", number=n,
                               reason="a server finished meanwhile: the run is ending")
             return
-        exiting = int(control.read()[G.CHECKPOINT_EXIT]) == n
-        path = self._save(ctx, n, role_state(), exiting=exiting)
+        path = self._save(group or ctx, n, role_state(), exiting=exiting)
         if exiting:
             raise Preempted(f"preempted after checkpoint {n} ({path})")
 
@@ -241,10 +253,13 @@ class Checkpointer:
         if ctx.control.comm.Get_rank() == ctx.control.home:
             state["control"] = ctx.control.read()
         ctx.log.flush()   # the log up to the cut is on disk before the checkpoint is
-        gathered = self.comm.gather(encode(state), root=0)   # every rank is here: quick
+        # every rank is here: quick. With each state, what the meta says of the cut.
+        mark = (role_state.get("clock"), role_state.get("steps"))
+        gathered = self.comm.gather((encode(state), mark), root=0)
         result = None
         if self.rank == 0:
-            meta = self._meta(ctx, n)
+            meta = self._meta(ctx, n, [m for _, m in gathered])
+            gathered = [g for g, _ in gathered]
             try:
                 result = (write_checkpoint(self.run_dir, meta, gathered), None)
             except OSError as e:
@@ -271,10 +286,14 @@ class Checkpointer:
                       flush=True)
         return path
 
-    def _meta(self, ctx, n: int) -> dict:
-        snap = ctx.control.read()
-        clocks = ctx.control.worker_rows(snap)[:, W.CLOCK].astype(int).tolist()
-        steps = ctx.control.server_rows(snap)[:, S.STEPS].astype(int).tolist()
+    def _meta(self, ctx, n: int, marks: list) -> dict:
+        """`marks[r]`: rank r's (clock, steps) at the cut: the workers' clocks,
+        the steps of the servers and GSSP's group servers (by world rank, as
+        the log's applies rows are)."""
+        layout = ctx.layout
+        clocks = [int(marks[r][0]) for r in layout.worker_ranks]
+        steps = [int(marks[r][1]) for r in layout.server_ranks + layout.group_server_ranks]
         return {"number": n, "reason": self.reason, "segment": self.segment, "time": self.cut_time,
                 "step": steps[0], "server_steps": steps, "clocks": clocks,
-                "identity": self.identity, "config": self.config.to_dict(), "written": time.time()}
+                "identity": self.identity, "config": self.config.to_dict(), "written": time.time(),
+                **self.meta_extra}

@@ -156,9 +156,6 @@ class Config:
             raise ConfigError("weight_decay", self.weight_decay, "must be >= 0")
         if not isinstance(self.checkpoint_every, (int, float)) or not self.checkpoint_every >= 0:
             raise ConfigError("checkpoint_every", self.checkpoint_every, "must be a number >= 0 (seconds; 0 = off)")
-        if self.checkpoint_every and self.paradigm == "gssp":
-            raise ConfigError("checkpoint_every", self.checkpoint_every,
-                              "gssp cannot checkpoint yet (its group servers' state is not saved); use 0")
         if self.vsgd_lambda < 0:
             raise ConfigError("vsgd_lambda", self.vsgd_lambda, "must be >= 0")
         if self.dataset in ("mnist", "cifar10"):

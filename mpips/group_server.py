@@ -16,6 +16,11 @@ last push, it exchanges with the global servers and waits for nothing:
   otherwise it keeps its own copy until the next exchange.
 
 Pushes landing in its gradient window meanwhile wait there for its next step.
+
+Checkpoints (mpips/checkpointer.py): it passes a request from the global
+table down to its group's, stops once its workers have, and hands the
+global GO down. Its workers wait for its DONE, which it writes only once the
+global servers have finished, so a group that is done still takes part.
 """
 from __future__ import annotations
 
@@ -68,6 +73,48 @@ class GroupServer(Server):
         and this group's row for the other group servers to rank against."""
         self.ctx.control.write(SLOT_SPEED_RANK, [self.speed_rank])
         self.publish_up(done=False, duration=0.0, pushes=0)
+
+    def run(self) -> None:
+        """Serve the group; then, until the global servers finish, go on
+        relaying checkpoints for the group's done workers."""
+        up, checkpoints = self.up, self.ctx.checkpointer
+        self.serve()
+
+        def stop():
+            checkpoints.relay(up, self.ctx)
+            self.halt()
+
+        up.wait_for_servers_done(stop=stop)
+        self.publish(done=True)
+        self.ctx.log.flush()
+
+    def control_duties(self, view) -> None:
+        self.ctx.checkpointer.relay(self.up, self.ctx)
+
+    def halt(self) -> None:
+        """Acknowledge in its global row, take GO from the global table to the group's."""
+        up = self.up
+        up.checkpointer.halt(up, self.state, ack=up.control.worker_offset(self.g, W.HALTED),
+                             group=self.ctx)
+
+    def state(self) -> dict:
+        compressor = self.delta.compressor
+        return {**super().state(), "base": self.delta.base.copy(),
+                "compressor": compressor.state() if compressor is not None else None,
+                "since": self.since, "forwarded": self.forwarded, "exchanges": self.exchanges,
+                "flushed_epochs": self.flushed_epochs, "exchange_times": list(self.exchange_times),
+                "speed_rank": self.speed_rank, "speed": self.speed.state()}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)   # the parameters (the delta's `params`) among them
+        self.delta.base[:] = state["base"]
+        if self.delta.compressor is not None:
+            self.delta.compressor.load_state(state["compressor"])
+        self.since, self.forwarded = int(state["since"]), int(state["forwarded"])
+        self.exchanges, self.flushed_epochs = int(state["exchanges"]), int(state["flushed_epochs"])
+        self.exchange_times = [float(t) for t in state["exchange_times"]]
+        self.speed_rank = int(state["speed_rank"])
+        self.speed.load_state(state["speed"])
 
     def apply(self, view, waited: float) -> None:
         before = self.pushes

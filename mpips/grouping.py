@@ -172,6 +172,14 @@ class GroupSpeed:
             self.ema.update(j, (end - self.ends[j]) / (epoch - self.epochs[j]))
             self.epochs[j], self.ends[j] = epoch, end
 
+    def state(self) -> dict:
+        return {"ema": dict(self.ema.times), "epochs": dict(self.epochs), "ends": dict(self.ends)}
+
+    def load_state(self, state: dict) -> None:
+        self.ema.times = {int(j): float(t) for j, t in state["ema"].items()}
+        self.epochs = {int(j): int(e) for j, e in state["epochs"].items()}
+        self.ends = {int(j): float(t) for j, t in state["ends"].items()}
+
     @property
     def time(self) -> float:
         """The group's epoch time (s), lower is faster; nan before any

@@ -17,7 +17,8 @@ unchanged against these windows; mpips/group_server.py is the group server.
 
 Grouping: every worker times `profile_iterations` forward/backward passes on
 its shard, with its emulated slowdown; every rank gathers the times and
-computes the same groups (or takes `group_assignment`).
+computes the same groups (or takes `group_assignment`). A job resumed from a
+checkpoint takes the groups the checkpoint was made with.
 """
 from __future__ import annotations
 
@@ -43,16 +44,24 @@ def run_gssp(ctx: Context, flat: FlatModel, data) -> None:
     from .runtime import run_roles  # runtime imports this module
 
     layout, cfg = ctx.layout, ctx.config
-    times = profile_all(ctx, flat, data)
-    groups = make_groups(cfg, layout.workers, times)
+    saved = (ctx.checkpointer.resumed or {}).get("gssp")   # the same on every rank
+    if saved:
+        groups, times = saved["groups"], np.asarray(saved["profiled"])
+        source = "checkpoint"
+    else:
+        times = profile_all(ctx, flat, data)
+        groups = make_groups(cfg, layout.workers, times)
+        source = "group_assignment" if cfg.group_assignment else cfg.grouping
     group_times = [float(np.mean(times[m])) for m in groups]
     ranks = speed_ranks(group_times)
+    ctx.checkpointer.meta_extra["gssp"] = {"groups": [[int(j) for j in m] for m in groups],
+                                           "profiled": times.tolist()}
     if ctx.rank == 0:
-        ctx.log.event(ctx.now(), "gssp_groups", groups=groups, profiled=times,
+        # before the clock starts; a resumed job's time goes on from the checkpoint's
+        ctx.log.event(ctx.checkpointer.elapsed if saved else ctx.now(), "gssp_groups", groups=groups, profiled=times,
                       group_times=group_times, speed_ranks=ranks,
                       group_servers=layout.group_server_ranks,
-                      exchange_every=[cfg.exchange_every or len(m) for m in groups],
-                      source="group_assignment" if cfg.group_assignment else cfg.grouping)
+                      exchange_every=[cfg.exchange_every or len(m) for m in groups], source=source)
     if ctx.role == SERVER:
         ctx.comm.Split(MPI.UNDEFINED, ctx.rank)  # in no group
         run_roles(dataclasses.replace(ctx, config=summing(cfg), clients="group server",
@@ -86,11 +95,13 @@ def run_group_server(up: Context, group: Context, flat: FlatModel, server: Group
     for j in range(group.layout.workers):
         if j not in server.members:
             group.control.write(group.control.worker_offset(j, W.DONE), [1.0])
-    server.start()
+    if up.checkpointer.state is None:
+        server.start()
+    else:   # its global row is back with the global table (server 0 restores it)
+        up.checkpointer.restore(group, server)
     up.comm.Barrier()  # parameters in place and every role ready: the clock starts
     group.t0 = up.t0 = up.comm.bcast(None)
     server.run()
-    up.wait_for_servers_done()
     up.barrier("end of the run")
 
 

@@ -99,7 +99,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     # A run directory holding a checkpoint of this run: go on from it (mpips/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n, iterations)
     found = _agree(comm, lambda: find_resume(run_dir, ident) if rank == 0 else None)
-    checkpointer = Checkpointer(comm, run_dir, config, ident, found, enabled=not layout.group_servers)
+    checkpointer = Checkpointer(comm, run_dir, config, ident, found)
     segment = checkpointer.segment
 
     role_comm = comm.Split(color={SERVER: 0, WORKER: 2}.get(role, 1), key=rank)

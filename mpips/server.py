@@ -34,6 +34,13 @@ class Server:
         return int(self.consumed.sum())
 
     def run(self) -> None:
+        self.serve()
+        self.publish(done=True)
+        self.ctx.log.flush()
+
+    def serve(self) -> None:
+        """Apply pushes until every client is done and every push applied,
+        stopping for the checkpoints asked for meanwhile."""
         ctx = self.ctx
         checkpoints = ctx.checkpointer
         last = {}
@@ -41,11 +48,7 @@ class Server:
         def ready():
             view = ctx.view()
             if self.s == 0:
-                for slot, value, event in ctx.paradigm.server_control(view):
-                    ctx.control.write(slot, [value])
-                    if event:
-                        ctx.log.event(ctx.now(), event.pop("kind", "control"), **event)
-                checkpoints.maybe_request(ctx, view)
+                self.control_duties(view)
             last["view"] = view
             # a checkpoint every client stopped for goes first, even before finishing
             last["halt"] = checkpoints.clients_stopped(ctx.control, ctx.control.latest)
@@ -61,14 +64,27 @@ class Server:
         while True:
             waited = ctx.wait(ready, what="waiting for pushes", describe=describe)
             if last["halt"]:
-                checkpoints.halt(ctx, self.state, ack=ctx.control.server_offset(self.s, S.HALTED),
-                                 coordinator=self.s == 0)
+                self.halt()
             elif last["apply"]:
                 self.apply(last["view"], waited)
             elif last["finished"]:
                 break
-        self.publish(done=True)
-        ctx.log.flush()
+
+    def control_duties(self, view) -> None:
+        """Server 0, at every loop: the paradigm's table writes (Sync-Switch's
+        mode, ...) and the checkpoint requests."""
+        ctx = self.ctx
+        for slot, value, event in ctx.paradigm.server_control(view):
+            ctx.control.write(slot, [value])
+            if event:
+                ctx.log.event(ctx.now(), event.pop("kind", "control"), **event)
+        ctx.checkpointer.maybe_request(ctx, view)
+
+    def halt(self) -> None:
+        """Stop for the checkpoint every client stopped for (server 0 coordinates)."""
+        ctx = self.ctx
+        ctx.checkpointer.halt(ctx, self.state, ack=ctx.control.server_offset(self.s, S.HALTED),
+                              coordinator=self.s == 0)
 
     def apply(self, view, waited: float) -> None:
         """Take every gradient counted in `view` (and maybe parts of later

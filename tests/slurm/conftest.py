@@ -330,3 +330,14 @@ def repo() -> Path:
 def venv_python() -> str:
     py = REPO / ".venv" / "bin" / "python"
     return str(py) if py.exists() else sys.executable
+
+
+def wait_for_line(slurm, job: str, text: str, timeout: float = 180) -> None:
+    """Until the job's output file holds `text`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = slurm.job_info(job).get("StdOut")
+        if out and Path(out).exists() and text in Path(out).read_text(errors="replace"):
+            return
+        assert time.monotonic() < deadline, f"no {text!r} in the output\n" + slurm.describe(job)
+        time.sleep(0.2)

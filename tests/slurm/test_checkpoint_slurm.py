@@ -3,26 +3,17 @@ exits 3, is requeued, resumes from the checkpoint and finishes as well as a
 run that was never interrupted (see conftest.py for the cluster)."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
 from mpips.log import RunLog
 
+from conftest import wait_for_line
+
 REPO = Path(__file__).resolve().parents[2]
 # BSP: the same model whatever the timing, so the two runs can be compared closely.
 SETTINGS = {"MPIPS_EPOCHS": "6", "MPIPS_WORKERS": "2"}
-
-
-def _wait_for_line(slurm, job: str, text: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        out = slurm.job_info(job).get("StdOut")
-        if out and Path(out).exists() and text in Path(out).read_text(errors="replace"):
-            return
-        assert time.monotonic() < deadline, f"no {text!r} in the output\n" + slurm.describe(job)
-        time.sleep(0.2)
 
 
 def test_preempted_job_resumes_from_its_checkpoint(slurm, tmp_path):
@@ -33,7 +24,7 @@ def test_preempted_job_resumes_from_its_checkpoint(slurm, tmp_path):
                        cwd=tmp_path)
     job = slurm.submit(script, env={**SETTINGS, "MPIPS_RUN_DIR": preempted}, args=["--ntasks=3"],
                        cwd=tmp_path)
-    _wait_for_line(slurm, job, "mpips: epoch  2.00")
+    wait_for_line(slurm, job, "mpips: epoch  2.00")
     slurm.run("scancel", "--batch", "--signal=USR1", job)   # what --signal=B:USR1@120 sends
     assert slurm.wait(job, timeout=300) == "COMPLETED", slurm.describe(job)
     assert slurm.wait(ref, timeout=300) == "COMPLETED", slurm.describe(ref)

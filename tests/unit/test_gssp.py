@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from mpips.checkpoint import decode, encode
 from mpips.compress import GDTopK, TopK, ratio_schedule
 from mpips.config import Config, ConfigError
 from mpips.group_delta import GroupDelta
@@ -65,6 +66,12 @@ def test_group_speed_is_the_mean_of_member_epoch_time_emas():
     speed.observe(clocks, times)                # the same epoch is taken once
     assert speed.ema.time(1) == pytest.approx(0.3 * 2.0 + 0.7 * 1.0)
     assert speed.time == pytest.approx((0.3 * 2.0 + 0.7 * 1.0 + 4.0) / 2)
+    # a checkpoint keeps it (through the checkpoint's own encoding), epochs seen included
+    again = GroupSpeed([1, 3], iterations_per_epoch=10)
+    again.load_state(decode(*encode(speed.state())))
+    assert again.time == speed.time and again.epochs == speed.epochs and again.ends == speed.ends
+    again.observe(clocks, times)
+    assert again.time == speed.time
 
 
 @pytest.mark.parametrize("make", [lambda s: None, lambda s: TopK(0.05),

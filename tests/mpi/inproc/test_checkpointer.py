@@ -17,6 +17,7 @@ from mpi4py import MPI
 from mpips.checkpoint import checkpoint_files, decode, find_resume
 from mpips.checkpointer import Checkpointer, Preempted
 from mpips.config import Config
+from mpips.layout import Layout
 from mpips.wait import wait_until
 from mpips.windows import G, S, W, ControlTable
 
@@ -40,6 +41,7 @@ def _setup():
     t0 = time.time()
     ctx = SimpleNamespace(
         rank=comm.Get_rank(), control=control, log=_Log(), paradigm=SimpleNamespace(state=dict),
+        layout=Layout(servers=2, group_servers=0, workers=2),
         now=lambda: time.time() - t0,
         wait=lambda ready, what, describe: wait_until(ready, what=what, describe=describe,
                                                       warn=30, timeout=60))
@@ -89,11 +91,15 @@ def test_every_rank_stops_saves_and_leaves_on_preemption():
         ctx.control.write(G.CHECKPOINT, [1])
     comm.Barrier()
     with pytest.raises(Preempted):
-        checkpointer.halt(ctx, lambda: {"rank": ctx.rank, "x": np.arange(ctx.rank + 1)},
+        # servers report their steps, workers their clocks: the meta's cut
+        checkpointer.halt(ctx, lambda: {"rank": ctx.rank, "x": np.arange(ctx.rank + 1),
+                                        ("steps" if ctx.rank < 2 else "clock"): 10 + ctx.rank},
                           ack=_ack(ctx), coordinator=ctx.rank == 0)
     comm.Barrier()
     found = find_resume(run_dir, IDENT)
     assert found.meta["number"] == 1 and found.meta["reason"] == "preemption"
+    assert found.meta["server_steps"] == [10, 11] and found.meta["clocks"] == [12, 13]
+    assert found.meta["step"] == 10
     assert len(found.ranks) == 4
     state = decode(*found.ranks[ctx.rank])
     assert state["role"]["rank"] == ctx.rank and state["role"]["x"].tolist() == list(range(ctx.rank + 1))
