@@ -150,14 +150,14 @@ class Checkpointer:
         """Server 0, at every loop: ask for a checkpoint when one is due."""
         if ctx.rank != 0:
             return   # GSSP's group servers are server 0 of their group's table: they `relay`
-        if self.requested(ctx.control.latest) or view.done.all():
-            return   # one at a time; none once every worker is done (the run ends anyway)
         if self.signal.received and not self.exiting:
             reason = "preemption"
         elif self.config.checkpoint_every and ctx.now() >= self.next_due:
             reason = "periodic"
         else:
-            return
+            return   # (the common case first: this runs at every poll)
+        if self.requested(ctx.control.latest) or view.done.all():
+            return   # one at a time; none once every worker is done (the run ends anyway)
         n = self.handled + 1
         self.reason = reason
         if reason == "preemption":

@@ -51,9 +51,9 @@ class Context:
     def view(self):
         return self.control.view(self.control.read(), self.now())
 
-    def wait(self, ready, *, what: str, describe) -> float:
+    def wait(self, ready, *, what: str, describe, due=None) -> float:
         return wait_until(ready, what=f"{self.name}: {what}", describe=describe,
-                          warn=self.config.stall_warn, timeout=self.config.stall_timeout)
+                          warn=self.config.stall_warn, timeout=self.config.stall_timeout, due=due)
 
     def describe_workers(self, workers) -> str:
         """'workers 2 (clock 7), 3 (clock 5, done)' for stall messages."""

@@ -27,6 +27,7 @@ class FlatModel:
             p.grad = self.grads[offset:offset + k].view_as(p)
             offset += k
         self._params_list = params
+        self._grad_views = [p.grad for p in params]
         if device.type == "cpu":
             self.host_params = self.params.numpy()
             self.host_grads = self.grads.numpy()
@@ -49,17 +50,19 @@ class FlatModel:
 
     def check_grad_views(self) -> None:
         """Autograd accumulates into the existing .grad in place; if something
-        replaced a .grad tensor, copy it back into the flat buffer."""
+        replaced a .grad tensor, copy it back into the flat buffer. Checked by
+        identity first: this runs every iteration."""
+        if all(p.grad is g for p, g in zip(self._params_list, self._grad_views)):
+            return
         offset = 0
-        for p in self._params_list:
+        for i, p in enumerate(self._params_list):
             k = p.numel()
             view = self.grads[offset:offset + k]
             if p.grad is None:
                 view.zero_()
-                p.grad = view.view_as(p)
             elif p.grad.data_ptr() != view.data_ptr():
                 view.copy_(p.grad.reshape(-1))
-                p.grad = view.view_as(p)
+            p.grad = self._grad_views[i] = view.view_as(p)
             offset += k
 
     def flat_copy(self) -> np.ndarray:

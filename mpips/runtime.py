@@ -24,6 +24,7 @@ from .models import build_model
 from .paradigms import make_paradigm
 from .server import Evaluator, Server
 from .windows import ControlTable, ParameterStore
+from .wait import precise_sleeps
 from .worker import Worker
 
 
@@ -70,6 +71,7 @@ def versions() -> dict:
 def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     """Run one training job over `comm`; returns the run directory."""
     torch.set_num_threads(config.torch_threads)
+    precise_sleeps()
     rank, size = comm.Get_rank(), comm.Get_size()
     layout = _agree(comm, lambda: make_layout(config, size))
     config = config.with_workers(layout.workers)

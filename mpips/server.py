@@ -13,6 +13,7 @@ from .vsgd import UpdateNormEMA
 from .windows import S, W
 
 NORM_EMA_BETA = 0.9
+DUE_SHARE = 0.9   # of a worker's last push interval after which its next push may land
 
 
 class Server:
@@ -61,8 +62,16 @@ class Server:
             behind = [j for j in range(view.num_workers) if not view.done[j]]
             return ctx.describe_workers(behind)
 
+        def due():
+            # each running worker's next push: its last one plus most of the
+            # interval between its last two
+            view = last["view"]
+            latest, previous = view.push_times[:, 0], view.push_times[:, 1]
+            ahead = latest + DUE_SHARE * (latest - previous) - view.now
+            return ahead[~view.done & np.isfinite(ahead)]
+
         while True:
-            waited = ctx.wait(ready, what="waiting for pushes", describe=describe)
+            waited = ctx.wait(ready, what="waiting for pushes", describe=describe, due=due)
             if last["halt"]:
                 self.halt()
             elif last["apply"]:
@@ -101,7 +110,8 @@ class Server:
         # Announce the step before it writes the parameters in place: a worker
         # measuring ||w_now - w_read|| waits for it so that the path length
         # it reads counts every step its pull may have seen (VSGD's bound).
-        ctx.control.write(ctx.control.server_offset(self.s, S.BEGUN), [self.steps + 1])
+        if ctx.paradigm.wants_exact_distance:
+            ctx.control.write(ctx.control.server_offset(self.s, S.BEGUN), [self.steps + 1])
         norm = self.opt.step(self.grad, lr)
         self.consumed = target
         self.steps += 1

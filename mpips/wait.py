@@ -1,18 +1,41 @@
-"""Waiting without spinning: poll with exponential backoff, and never forever.
+"""Waiting without spinning: poll with backoff, and never forever.
 
-Every wait in mpips goes through `wait_until`: it sleeps from a few
-microseconds up to about a millisecond between polls (so eight ranks on two
-cores still progress), prints whom it waits for after `warn` seconds, and
-raises `StallError` naming them after `timeout` seconds.
+Every wait in mpips goes through `wait_until`: it sleeps between polls, each
+sleep a quarter of the time waited so far (from a few microseconds up to a
+millisecond, so eight ranks on two cores still progress), prints whom it
+waits for after `warn` seconds, and raises `StallError` naming them after
+`timeout` seconds. A waiter that can tell when the awaited thing is due
+(a server: its workers' next pushes, from their last iteration times) sleeps
+until then and backs off from there, so it notices it soon after it lands
+without polling all along.
 """
 from __future__ import annotations
 
+import ctypes
 import sys
 import time
 from typing import Callable
 
+import numpy as np
+
 MIN_SLEEP = 2e-6
 MAX_SLEEP = 1e-3
+# Each sleep is at most this fraction of the time waited so far (or since the
+# awaited thing was due): it is noticed at most that fraction late, at the
+# cost of a few more polls (benchmarks/overhead.py).
+LATE_FRACTION = 0.25
+OVERDUE_FRACTION = 0.1   # the same once it is due: it should land any moment
+
+
+def precise_sleeps() -> None:
+    """Let this process's short sleeps be short: Linux stretches every sleep
+    by the thread's timer slack (50 us by default), which would make every
+    poll's first sleeps ~60 us whatever was asked. Nothing elsewhere."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(29, 1000, 0, 0, 0)   # PR_SET_TIMERSLACK, 1 us
+        except (OSError, AttributeError):
+            pass
 
 
 class StallError(RuntimeError):
@@ -20,20 +43,27 @@ class StallError(RuntimeError):
 
 
 def wait_until(ready: Callable[[], bool], *, what: str, describe: Callable[[], str],
-               warn: float, timeout: float, prefix: str = "mpips") -> float:
+               warn: float, timeout: float, prefix: str = "mpips",
+               due: Callable[[], np.ndarray | None] | None = None) -> float:
     """Poll `ready()` until it is true; return the seconds waited.
 
     `describe()` is only called when a message is due, so it may be costly
-    (it should name the ranks waited for and their clocks).
+    (it should name the ranks waited for and their clocks). `due()`, after a
+    poll that was not ready: in how many seconds each thing awaited is
+    expected (negative: overdue by that much; None or empty: no idea).
     """
     start = time.perf_counter()
     if ready():
         return 0.0
-    sleep = MIN_SLEEP
     warned_at = 0.0
+    waited = 0.0
     while True:
-        time.sleep(sleep)
-        sleep = min(sleep * 2, MAX_SLEEP)
+        expected = due() if due is not None else None
+        if expected is None or not len(expected):
+            sleep = waited * LATE_FRACTION
+        else:   # until the soonest is due, or backing off from when it was due
+            sleep = float(np.min(np.where(expected > 0, expected, -expected * OVERDUE_FRACTION)))
+        time.sleep(min(max(sleep, MIN_SLEEP), MAX_SLEEP))
         if ready():
             return time.perf_counter() - start
         waited = time.perf_counter() - start

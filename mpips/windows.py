@@ -15,7 +15,7 @@ from enum import IntEnum
 import numpy as np
 from mpi4py import MPI
 
-from .paradigms.base import SLOT_MODE, SLOT_MODE_CLOCK
+from .paradigms.base import SLOT_MODE, SLOT_MODE_CLOCK, ClusterView
 from .vsgd import norm_of_shards
 
 _INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
@@ -247,33 +247,120 @@ class ControlTable:
         self._win.Unlock_all()
         self._win.Free()
 
-    def view(self, snap: np.ndarray, now: float):
+    def view(self, snap: np.ndarray, now: float) -> "TableView":
         """The paradigms' read-only `ClusterView` of a snapshot."""
-        from .paradigms.base import ClusterView
+        return TableView(self, snap, now)
 
-        w = self.worker_rows(snap)
-        s = self.server_rows(snap)
-        # Every gate poll builds a view; numpy reductions over servers cost
-        # microseconds each, and with one server its row is the answer.
-        if self.servers == 1:
-            applied, updates, path = s[0, _NS:], s[0, S.PUSHES], s[0, S.PATH]
-        else:
-            applied, updates, path = s[:, _NS:].min(axis=0), s[:, S.PUSHES].min(), s[:, S.PATH].sum()
-        push_times = w[:, W.PUSH_T0:W.PUSH_T1 + 1]  # adjacent columns: a slice, not a list-index copy
-        iter_times = w[:, W.ITER_TIME]
-        return ClusterView(
-            now=now,
-            clocks=w[:, W.CLOCK].astype(np.int64),
-            applied=applied.astype(np.int64),
-            push_times=np.where(push_times > 0, push_times, np.nan),
-            iter_times=np.where(iter_times > 0, iter_times, np.nan),
-            batch_sizes=w[:, W.BATCH].astype(np.int64),
-            done=w[:, W.DONE] > 0,
-            updates=int(updates),
-            mode=int(snap[G.MODE]),
-            mode_clock=int(snap[G.MODE_CLOCK]),
-            path_length=float(path),
-            update_norm_ema=norm_of_shards(s[:, S.NORM_EMA]),
-            extras=w[:, W.EXTRA0:W.EXTRA3 + 1].copy(),
-            slots=(float(snap[G.EXTRA0]), float(snap[G.EXTRA1])),
-        )
+
+class _lazy:
+    """A field computed on first read, then kept (functools.cached_property
+    without its lock: a view belongs to one thread)."""
+
+    def __init__(self, compute):
+        self.compute = compute
+        self.name = compute.__name__
+
+    def __get__(self, view, owner=None):
+        if view is None:
+            return self
+        value = view.__dict__[self.name] = self.compute(view)
+        return value
+
+
+_CLOCK, _DONE = int(W.CLOCK), int(W.DONE)   # plain ints: IntEnum arithmetic is slow
+
+
+class TableView(ClusterView):
+    """A `ClusterView` of a control-table snapshot, each field computed on
+    first use: a worker polls its gate every few microseconds while it waits,
+    and a gate reads two or three fields of the fourteen
+    (benchmarks/control_plane.py). The gates' fields are strided slices of the
+    snapshot, converted once."""
+
+    def __init__(self, table: ControlTable, snap: np.ndarray, now: float):
+        self.now = now
+        self._snap = snap
+        self._table = table
+        self._rows_end = _NG + table.workers * _NW
+
+    @_lazy
+    def clocks(self) -> np.ndarray:
+        return self._snap[_NG + _CLOCK:self._rows_end:_NW].astype(np.int64)
+
+    @_lazy
+    def done(self) -> np.ndarray:
+        return self._snap[_NG + _DONE:self._rows_end:_NW].astype(bool)   # written as 0 or 1
+
+    @_lazy
+    def applied(self) -> np.ndarray:
+        return self._applied().astype(np.int64)
+
+    def _applied(self) -> np.ndarray:
+        table = self._table
+        if table.servers == 1:
+            lo = table.server_offset(0, _NS)
+            return self._snap[lo:lo + table.workers]
+        return self._s[:, _NS:].min(axis=0)
+
+    def clock(self, worker: int) -> int:
+        return int(self._snap[_NG + worker * _NW + _CLOCK])
+
+    def progress(self) -> tuple[list, list, list]:
+        # straight from the snapshot: no numpy arrays made (floats holding integers)
+        snap, end = self._snap, self._rows_end
+        return (snap[_NG + _CLOCK:end:_NW].tolist(), self._applied().tolist(),
+                snap[_NG + _DONE:end:_NW].tolist())
+
+    @_lazy
+    def _w(self) -> np.ndarray:
+        return self._table.worker_rows(self._snap)
+
+    @_lazy
+    def _s(self) -> np.ndarray:
+        return self._table.server_rows(self._snap)
+
+    @_lazy
+    def updates(self) -> int:
+        return int(self._s[:, S.PUSHES].min())
+
+    @_lazy
+    def path_length(self) -> float:
+        return float(self._s[:, S.PATH].sum())
+
+    @_lazy
+    def update_norm_ema(self) -> float:
+        return norm_of_shards(self._s[:, S.NORM_EMA])
+
+    @_lazy
+    def push_times(self) -> np.ndarray:
+        t = self._w[:, W.PUSH_T0:W.PUSH_T1 + 1]  # adjacent columns: a slice, not a list-index copy
+        return np.where(t > 0, t, np.nan)
+
+    @_lazy
+    def iter_times(self) -> np.ndarray:
+        t = self._w[:, W.ITER_TIME]
+        return np.where(t > 0, t, np.nan)
+
+    @_lazy
+    def batch_sizes(self) -> np.ndarray:
+        return self._w[:, W.BATCH].astype(np.int64)
+
+    @_lazy
+    def mode(self) -> int:
+        return int(self._snap[SLOT_MODE])
+
+    @_lazy
+    def mode_clock(self) -> int:
+        return int(self._snap[SLOT_MODE_CLOCK])
+
+    @_lazy
+    def extras(self) -> np.ndarray:
+        return self._w[:, W.EXTRA0:W.EXTRA3 + 1].copy()
+
+    @_lazy
+    def slots(self) -> tuple[float, float]:
+        return float(self._snap[G.EXTRA0]), float(self._snap[G.EXTRA1])
+
+    @property
+    def num_workers(self) -> int:
+        return self._table.workers

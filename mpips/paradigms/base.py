@@ -22,32 +22,48 @@ SLOT_EXTRA0 = 2     # paradigm-specific (GSSP: the group's speed rank)
 SLOT_EXTRA1 = 3
 
 
-@dataclass(frozen=True)
 class ClusterView:
     """A snapshot of the shared state, as every paradigm sees it.
 
     Times are seconds since the run's common start. Arrays are indexed by
-    worker (0..W-1) and must not be modified.
+    worker (0..W-1) and must not be modified. The running job's views are
+    `windows.TableView`s, which compute each field from the control table
+    on first use (a gate poll reads two or three of them).
     """
 
-    now: float
-    clocks: np.ndarray         # (W,) int: pushes completed by each worker
-    applied: np.ndarray        # (W,) int: each worker's pushes applied by every server
-    push_times: np.ndarray     # (W, 2) float: latest, previous push time (nan = none yet)
-    iter_times: np.ndarray     # (W,) float: last iteration's busy time (nan = none yet)
-    batch_sizes: np.ndarray    # (W,) int: batch size of the last push
-    done: np.ndarray           # (W,) bool: worker pushed its last iteration
-    updates: int               # pushes applied by the servers (min over servers)
-    mode: int = MODE_BSP       # MODE_BSP or MODE_ASP (Sync-Switch)
-    mode_clock: int = 0        # clock at which `mode` takes effect (-1: being decided)
-    path_length: float = 0.0   # sum of norms of applied updates (VSGD bound)
-    update_norm_ema: float = 0.0   # EMA of one full update's norm (servers' root-sum-square)
-    extras: np.ndarray | None = None  # (W, 4) float: what each worker's extras() published
-    slots: tuple[float, float] = (0.0, 0.0)  # the global slots SLOT_EXTRA0, SLOT_EXTRA1
+    def __init__(self, *, now: float,
+                 clocks: np.ndarray,          # (W,) int: pushes completed by each worker
+                 applied: np.ndarray,         # (W,) int: each worker's pushes applied by every server
+                 push_times: np.ndarray,      # (W, 2) float: latest, previous push time (nan = none yet)
+                 iter_times: np.ndarray,      # (W,) float: last iteration's busy time (nan = none yet)
+                 batch_sizes: np.ndarray,     # (W,) int: batch size of the last push
+                 done: np.ndarray,            # (W,) bool: worker pushed its last iteration
+                 updates: int,                # pushes applied by the servers (min over servers)
+                 mode: int = MODE_BSP,        # MODE_BSP or MODE_ASP (Sync-Switch)
+                 mode_clock: int = 0,         # clock at which `mode` takes effect (-1: being decided)
+                 path_length: float = 0.0,    # sum of norms of applied updates (VSGD bound)
+                 update_norm_ema: float = 0.0,   # EMA of one full update's norm (servers' root-sum-square)
+                 extras: np.ndarray | None = None,   # (W, 4) float: what each worker's extras() published
+                 slots: tuple[float, float] = (0.0, 0.0)):  # the global slots SLOT_EXTRA0, SLOT_EXTRA1
+        self.now = now
+        self.clocks, self.applied, self.done = clocks, applied, done
+        self.push_times, self.iter_times, self.batch_sizes = push_times, iter_times, batch_sizes
+        self.updates, self.mode, self.mode_clock = updates, mode, mode_clock
+        self.path_length, self.update_norm_ema = path_length, update_norm_ema
+        self.extras, self.slots = extras, slots
 
     @property
     def num_workers(self) -> int:
         return len(self.clocks)
+
+    def clock(self, worker: int) -> int:
+        """One worker's clock (what a polled gate reads first)."""
+        return int(self.clocks[worker])
+
+    def progress(self) -> tuple[list, list, list]:
+        """(clocks, applied, done) as Python lists, the form a polled gate
+        reads fastest (numbers may be floats holding integers)."""
+        return self.clocks.tolist(), self.applied.tolist(), self.done.tolist()
 
     def c_min(self, of: np.ndarray | None = None) -> int:
         """Minimum clock over workers still running (done workers never block)."""
@@ -63,6 +79,9 @@ class Gate:
     ok: bool
     waiting_for: tuple[int, ...] = ()          # workers it waits for, when not ok
     event: dict[str, Any] | None = None        # something to log (e.g. DSSP r*)
+
+
+PASS = Gate(True)   # the common answer, made once: gates are polled
 
 
 @dataclass
@@ -94,7 +113,7 @@ class Paradigm:
     # worker side --------------------------------------------------------
     def gate(self, worker: int, view: ClusterView) -> Gate:
         """May `worker`, having completed `view.clocks[worker]` pushes, start now?"""
-        return Gate(True)
+        return PASS
 
     def batch_size(self, worker: int, view: ClusterView) -> int:
         """Samples in this worker's next batch."""

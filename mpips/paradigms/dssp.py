@@ -78,15 +78,17 @@ class DSSP(Paradigm):
         self._decided: dict[int, tuple[int, int, dict | None]] = {}
 
     def gate(self, worker: int, view: ClusterView) -> Gate:
-        clock = int(view.clocks[worker])
+        clock = view.clock(worker)
         decided = self._decided.get(worker)
         if decided is None or decided[0] != clock:
             decided = (clock, *self._decide(worker, view))
             self._decided[worker] = decided
         _, bound, event = decided
         gate = bounded_gate(worker, view, bound)
+        if not event:
+            return gate
         # a fresh dict each time: the worker pops "kind" from the one it logs
-        return Gate(gate.ok, gate.waiting_for, dict(event) if event else None)
+        return Gate(gate.ok, gate.waiting_for, dict(event))
 
     def _decide(self, worker: int, view: ClusterView) -> tuple[int, dict | None]:
         """The staleness bound this worker gates on at its current clock
@@ -95,7 +97,7 @@ class DSSP(Paradigm):
             self.credits[worker] -= 1
             return self.high, None
         active = ~view.done
-        c = int(view.clocks[worker])
+        c = view.clock(worker)
         if c - view.c_min() <= self.low:
             return self.low, None
         if c < int(view.clocks[active].max()):

@@ -103,7 +103,7 @@ class LBBSP(BSP):
         return x
 
     def batch_size(self, worker, view):
-        return int(self.split(view, int(view.clocks[worker]))[worker])
+        return int(self.split(view, view.clock(worker))[worker])
 
     def iterations_per_epoch(self, num_train):
         return max(1, num_train // self.total)
@@ -114,7 +114,7 @@ class LBBSP(BSP):
 
     def gate(self, worker, view):
         gate = super().gate(worker, view)
-        c = int(view.clocks[worker])
+        c = view.clock(worker)
         if worker == 0 and gate.ok and c >= 1 and c - 1 in self.splits:
             # Every push of round c-1 is in: log how unevenly the round ended.
             finish = round_push_times(view, c - 1)

@@ -72,7 +72,7 @@ import math
 
 import numpy as np
 
-from .base import MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView, Gate, Paradigm
+from .base import MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, PASS, ClusterView, Paradigm
 from .ssp import bounded_gate
 
 DECIDING = -1   # MODE_CLOCK while an ASP -> BSP switch is being decided
@@ -175,11 +175,11 @@ class SyncSwitch(Paradigm):
 
     # worker side ----------------------------------------------------------------
     def gate(self, worker, view):
-        c, k = int(view.clocks[worker]), view.mode_clock
+        c, k = view.clock(worker), view.mode_clock
         if k == DECIDING:
             return bounded_gate(worker, view, 0)       # the safe side until K is known
         if view.mode == MODE_BSP:
-            return Gate(True) if c < k else bounded_gate(worker, view, 0)
+            return PASS if c < k else bounded_gate(worker, view, 0)
         if c < k:
             return bounded_gate(worker, view, 0)       # BSP rounds before the switch
         return bounded_gate(worker, view, c - k, own=False)   # every push < K applied, then free

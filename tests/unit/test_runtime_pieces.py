@@ -3,6 +3,7 @@ import json
 import os
 
 import numpy as np
+import torch
 import pytest
 
 from mpips.config import Config, ConfigError
@@ -111,3 +112,34 @@ def test_server_sgd_step_moves_the_shard_in_place():
     norm = opt.step(np.full(4, 2.0, np.float32), lr=0.5)
     np.testing.assert_allclose(shard, 0.0)
     assert norm == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("momentum, nesterov, decay", [(0.0, False, 0.0), (0.9, False, 0.0),
+                                                       (0.9, True, 5e-4), (0.5, False, 1e-3)])
+def test_server_sgd_is_torch_sgd_bit_for_bit(momentum, nesterov, decay):
+    """The written-out SGD against torch.optim.SGD over steps with changing
+    learning rates, and through a checkpoint of its state halfway."""
+    from mpips.checkpoint import decode, encode
+    from mpips.optim import ServerOptimizer
+
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=1000).astype(np.float32)
+    cfg = Config(lr=0.1, momentum=momentum, nesterov=nesterov, weight_decay=decay)
+    shard = start.copy()
+    ours = ServerOptimizer(cfg, shard)
+    param = torch.nn.Parameter(torch.from_numpy(start.copy()))
+    theirs = torch.optim.SGD([param], lr=0.1, momentum=momentum, nesterov=nesterov, weight_decay=decay)
+    for k in range(6):
+        grad = rng.normal(size=1000).astype(np.float32)
+        lr = 0.1 / (k + 1)
+        before = shard.copy()
+        norm = ours.step(grad, lr)
+        theirs.param_groups[0]["lr"] = lr
+        param.grad = torch.from_numpy(grad.copy())
+        theirs.step()
+        np.testing.assert_array_equal(shard, param.detach().numpy())
+        assert norm == pytest.approx(float(np.linalg.norm(before - shard)), rel=1e-4)
+        if k == 2:   # a resumed server goes on exactly
+            saved = decode(*encode(ours.state()))
+            ours = ServerOptimizer(cfg, shard)
+            ours.load_state(saved)
