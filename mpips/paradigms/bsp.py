@@ -8,9 +8,16 @@ from .ssp import bounded_gate
 
 
 def round_complete(view, consumed: np.ndarray) -> bool:
-    """Every worker still running has a push this server has not applied."""
-    pending = view.clocks > consumed
-    return bool(pending.any() and (pending | (view.done & (view.clocks == consumed))).all())
+    """Every worker still running has a push this server has not applied.
+    In plain Python over lists: a server polls it while it waits."""
+    clocks, _, done = view.progress()
+    pending = False
+    for c, k, d in zip(clocks, consumed.tolist(), done):
+        if c > k:
+            pending = True
+        elif not (d and c == k):
+            return False
+    return pending
 
 
 class BSP(Paradigm):
