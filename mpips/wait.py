@@ -5,7 +5,7 @@ sleep a quarter of the time waited so far (from a few microseconds up to a
 millisecond, so eight ranks on two cores still progress), prints whom it
 waits for after `warn` seconds, and raises `StallError` naming them after
 `timeout` seconds. A waiter that can tell when the awaited thing is due
-(a server: its workers' next pushes, from their last iteration times) sleeps
+(a server: its workers' next pushes, from their push intervals) sleeps
 until then and backs off from there, so it notices it soon after it lands
 without polling all along.
 """
@@ -30,12 +30,22 @@ OVERDUE_FRACTION = 0.1   # the same once it is due: it should land any moment
 def precise_sleeps() -> None:
     """Let this process's short sleeps be short: Linux stretches every sleep
     by the thread's timer slack (50 us by default), which would make every
-    poll's first sleeps ~60 us whatever was asked. Nothing elsewhere."""
+    poll's first sleeps ~60 us whatever was asked. Elsewhere: nothing."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(29, 1000, 0, 0, 0)   # PR_SET_TIMERSLACK, 1 us
         except (OSError, AttributeError):
             pass
+
+
+def next_sleep(waited: float, expected: np.ndarray | None = None) -> float:
+    """How long to sleep before the next poll, `waited` seconds into a wait;
+    `expected` as `due()` returns it."""
+    if expected is None or not len(expected):
+        sleep = waited * LATE_FRACTION
+    else:   # until the soonest is due, or backing off from when it was due
+        sleep = float(np.min(np.where(expected > 0, expected, -expected * OVERDUE_FRACTION)))
+    return min(max(sleep, MIN_SLEEP), MAX_SLEEP)
 
 
 class StallError(RuntimeError):
@@ -58,12 +68,7 @@ def wait_until(ready: Callable[[], bool], *, what: str, describe: Callable[[], s
     warned_at = 0.0
     waited = 0.0
     while True:
-        expected = due() if due is not None else None
-        if expected is None or not len(expected):
-            sleep = waited * LATE_FRACTION
-        else:   # until the soonest is due, or backing off from when it was due
-            sleep = float(np.min(np.where(expected > 0, expected, -expected * OVERDUE_FRACTION)))
-        time.sleep(min(max(sleep, MIN_SLEEP), MAX_SLEEP))
+        time.sleep(next_sleep(waited, due() if due is not None else None))
         if ready():
             return time.perf_counter() - start
         waited = time.perf_counter() - start

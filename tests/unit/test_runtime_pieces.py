@@ -9,7 +9,7 @@ import pytest
 from mpips.config import Config, ConfigError
 from mpips.hetero import Slowdown, parse_stragglers
 from mpips.log import RankLog, RunLog, write_run_end, write_run_header
-from mpips.wait import StallError, wait_until
+from mpips.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, wait_until
 
 
 def test_wait_returns_when_ready():
@@ -35,6 +35,20 @@ def test_wait_polls_with_backoff_not_spinning():
     with pytest.raises(StallError):
         wait_until(ready, what="x", describe=lambda: "-", warn=1, timeout=0.3)
     assert n[0] < 3000  # a spin would poll millions of times in 0.3 s
+
+
+def test_sleeps_are_a_fraction_of_the_wait_or_last_until_what_is_due():
+    assert next_sleep(0.0) == MIN_SLEEP
+    assert next_sleep(400e-6) == pytest.approx(100e-6)        # a quarter of the time waited
+    assert next_sleep(5.0) == MAX_SLEEP                        # never more than a millisecond
+    # a server that knows when its workers' next pushes are due sleeps until the soonest
+    assert next_sleep(0.0, np.array([300e-6, 700e-6])) == pytest.approx(300e-6)
+    assert next_sleep(0.0, np.array([0.2])) == MAX_SLEEP
+    # once one is overdue it backs off from when it was due: soon after it lands
+    assert next_sleep(0.5, np.array([-200e-6, 700e-6])) == pytest.approx(20e-6)
+    # one long overdue (a worker blocked at its gate) does not hide one due soon
+    assert next_sleep(0.5, np.array([-1.0, 50e-6])) == pytest.approx(50e-6)
+    assert next_sleep(0.5, np.array([])) == MAX_SLEEP          # nothing known: as without
 
 
 def test_slowdown_persistent_and_transient():
