@@ -52,7 +52,11 @@ def test_straggler_is_damped_and_fresh_pushes_are_not(straggler):
     assert len(slow) >= 5, "the straggler hardly ever overlapped the fast workers"
     assert (slow["lr_scale"] < 1).mean() >= 0.65, np.sort(slow["lr_scale"])
     fast = it[it["worker"] != 3]
-    assert np.median(slow["lr_scale"]) < np.median(fast["lr_scale"]) == 1.0
+    # most fast pushes are hardly damped (the median was exactly 1 when the
+    # server noticed pushes late and summed several per step; 0.994 once it
+    # applied them one by one), the straggler's clearly more
+    assert np.median(fast["lr_scale"]) >= 0.8
+    assert np.median(slow["lr_scale"]) < np.median(fast["lr_scale"])
 
 
 def test_default_vsgd_trains_to_90_percent(default):
