@@ -306,7 +306,12 @@ class TableView(ClusterView):
         return int(self._snap[_NG + worker * _NW + _CLOCK])
 
     def progress(self) -> tuple[list, list, list]:
-        # straight from the snapshot: no numpy arrays made (floats holding integers)
+        return self._progress
+
+    @_lazy
+    def _progress(self) -> tuple[list, list, list]:
+        # straight from the snapshot, once per view (a server's poll reads it
+        # twice): no numpy arrays made (floats holding integers)
         snap, end = self._snap, self._rows_end
         return (snap[_NG + _CLOCK:end:_NW].tolist(), self._applied().tolist(),
                 snap[_NG + _DONE:end:_NW].tolist())

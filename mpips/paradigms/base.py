@@ -62,7 +62,8 @@ class ClusterView:
 
     def progress(self) -> tuple[list, list, list]:
         """(clocks, applied, done) as Python lists, the form a polled gate
-        reads fastest (numbers may be floats holding integers)."""
+        reads fastest (numbers may be floats holding integers; not to be
+        modified, like the arrays)."""
         return self.clocks.tolist(), self.applied.tolist(), self.done.tolist()
 
     def c_min(self, of: np.ndarray | None = None) -> int:

@@ -9,7 +9,7 @@ import pytest
 from mpips.config import Config, ConfigError
 from mpips.hetero import Slowdown, parse_stragglers
 from mpips.log import RankLog, RunLog, write_run_end, write_run_header
-from mpips.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, wait_until
+from mpips.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
 
 
 def test_wait_returns_when_ready():
@@ -35,6 +35,19 @@ def test_wait_polls_with_backoff_not_spinning():
     with pytest.raises(StallError):
         wait_until(ready, what="x", describe=lambda: "-", warn=1, timeout=0.3)
     assert n[0] < 3000  # a spin would poll millions of times in 0.3 s
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/timerslack_ns"), reason="Linux only")
+def test_precise_sleeps_sets_a_1us_timer_slack():
+    with open("/proc/self/timerslack_ns") as f:
+        before = f.read().strip()
+    try:
+        precise_sleeps()
+        with open("/proc/self/timerslack_ns") as f:
+            assert f.read().strip() == "1000"   # Linux's default is 50000
+    finally:
+        with open("/proc/self/timerslack_ns", "w") as f:
+            f.write(before)
 
 
 def test_sleeps_are_a_fraction_of_the_wait_or_last_until_what_is_due():

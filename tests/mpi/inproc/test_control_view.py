@@ -44,5 +44,10 @@ def test_view_of_a_written_table(servers):
     np.testing.assert_array_equal(view.done, [False, False, True])
     assert view.updates == 100 and isinstance(view.updates, int)
     assert view.path_length == sum(1.5 + s for s in range(servers))
+    # what polled gates read: the same numbers as lists, and one clock
+    clocks, applied_now, done = view.progress()
+    assert clocks == [10, 11, 12] and applied_now == applied.min(axis=0).tolist()
+    assert [bool(d) for d in done] == [False, False, True]
+    assert [view.clock(j) for j in range(WORKERS)] == [10, 11, 12]
     comm.Barrier()
     table.free()
