@@ -23,6 +23,8 @@ PREDICTORS = ("ewma", "narx")
 VSGD_GATES = ("ssp", "asp")
 VALUE_MEASURES = ("exact", "bound")
 VSGD_RULES = ("max", "linear")
+MAX_SYNTHETIC = 10_000_000   # samples of the synthetic dataset (64 floats each, on every rank)
+MIN_STALL_TIMEOUT = 1.0      # seconds
 
 
 class ConfigError(ValueError):
@@ -119,6 +121,10 @@ class Config:
             value = getattr(self, f.name)
             if choices and value not in choices:
                 raise ConfigError(f.name, value, "allowed: " + ", ".join(choices))
+            # NaN passes every `x < 0` test and inf every `x > 0`: no float setting takes them
+            if isinstance(f.default, float) and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                                 or not math.isfinite(value)):
+                raise ConfigError(f.name, value, "must be a finite number")
         _at_least(self, "servers", 1)
         _at_least(self, "workers", 0)
         _at_least(self, "batch_size", 1)
@@ -136,6 +142,12 @@ class Config:
         _at_least(self, "straggler_rounds", 1)
         _at_least(self, "conservative_window", 1)
         _at_least(self, "momentum_ramp", 0)
+        if not isinstance(self.seed, int) or not -2**63 <= self.seed < 2**64:
+            # torch.manual_seed's range
+            raise ConfigError("seed", self.seed, "must be an integer in [-2**63, 2**64)")
+        if self.synthetic_samples > MAX_SYNTHETIC:
+            raise ConfigError("synthetic_samples", self.synthetic_samples,
+                              f"must be an integer in [16, {MAX_SYNTHETIC}] (it is built in memory on every rank)")
         if self.staleness_high < self.staleness_low:
             raise ConfigError("staleness_high", self.staleness_high,
                               f"must be >= staleness_low ({self.staleness_low})")
@@ -145,6 +157,9 @@ class Config:
         _positive(self, "log_flush_seconds")
         _positive(self, "stall_warn")
         _positive(self, "stall_timeout")
+        if self.stall_timeout < MIN_STALL_TIMEOUT:
+            # below this, start-up waits of a loaded machine would abort healthy jobs
+            raise ConfigError("stall_timeout", self.stall_timeout, f"must be a number >= {MIN_STALL_TIMEOUT:g} (seconds)")
         _positive(self, "lr_step_every")
         _positive(self, "straggler_factor")
         _unit(self, "momentum", 0.0, 1.0, closed=False)
@@ -165,6 +180,20 @@ class Config:
             if not os.path.isdir(self.data_dir):
                 raise ConfigError("data_dir", self.data_dir, "no such directory")
         self.slowdown_factors()  # parse now so errors surface before MPI work
+        self.check_workers(None)
+
+    def check_workers(self, workers: int | None) -> None:
+        """The settings that name workers or depend on their number, parsed as
+        the workers will; `workers` None: the syntax only (before the layout)."""
+        from .hetero import parse_random_stragglers, parse_stragglers
+
+        factors = self.slowdown_factors()
+        if workers is not None and factors and len(factors) != workers:
+            raise ConfigError("slowdown", self.slowdown, f"needs one factor per worker ({workers} workers)")
+        parse_stragglers(self.straggler, workers)
+        parse_random_stragglers(self.random_stragglers)
+        parse_points(self.fail_at, "fail_at", workers)
+        parse_points(self.nan_at, "nan_at", workers)
 
     def slowdown_factors(self) -> list[float]:
         """Per-worker persistent slowdown factors ([] = none)."""
@@ -184,6 +213,21 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def parse_points(text: str, name: str, workers: int | None = None) -> set[tuple[int, int]]:
+    """'worker:iteration[,...]' (fail_at, nan_at) as a set of pairs."""
+    out = set()
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        try:
+            w, i = (int(x) for x in item.split(":"))
+        except ValueError:
+            raise ConfigError(name, text, "entries worker:iteration, e.g. 2:10") from None
+        if w < 0 or i < 0 or (workers is not None and w >= workers):
+            top = f"0..{workers - 1}" if workers is not None else ">= 0"
+            raise ConfigError(name, text, f"entries worker:iteration with worker in {top}, iteration >= 0")
+        out.add((w, i))
+    return out
 
 
 def _at_least(cfg, name, low):
@@ -221,6 +265,9 @@ def coerce(name: str, value: Any) -> Any:
     t = types[name]
     if isinstance(value, t) and not (t is int and isinstance(value, bool)):
         return value
+    if isinstance(value, bool):
+        # YAML `batch_size: true` is not 1
+        raise ConfigError(name, value, f"must be of type {t.__name__}, not a boolean")
     try:
         if t is bool:
             if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
@@ -233,7 +280,7 @@ def coerce(name: str, value: Any) -> Any:
         if t is str:
             return str(value)
         return t(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(name, value, f"must be of type {t.__name__}") from None
 
 

@@ -133,6 +133,10 @@ def _read_mnist_pair(data_dir, images_name, labels_name):
     if len(labels) != len(images):
         raise DataError("mnist", labels_path,
                         f"{len(labels)} labels but {images_path} has {len(images)} images")
+    if len(images) == 0 or 0 in images.shape[1:]:
+        # an empty set trains on nothing, and its statistics are NaN
+        raise DataError("mnist", images_path, f"holds {len(images)} images of "
+                        f"{images.shape[1]}x{images.shape[2]} pixels: at least one image of at least 1x1 needed")
     _check_labels("mnist", labels_path, labels)
     return images, labels
 

@@ -7,6 +7,7 @@ Everything is a function of the configuration and the seed, so runs repeat.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,8 +26,9 @@ class Straggle:
         return self.start <= iteration < self.start + self.length
 
 
-def parse_stragglers(text: str, workers: int) -> list[Straggle]:
-    """'worker:start_iter:iters:factor[,...]' -> explicit transient stragglers."""
+def parse_stragglers(text: str, workers: int | None) -> list[Straggle]:
+    """'worker:start_iter:iters:factor[,...]' -> explicit transient stragglers
+    (workers None: the syntax only, before the number of workers is known)."""
     out = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         parts = item.split(":")
@@ -37,9 +39,11 @@ def parse_stragglers(text: str, workers: int) -> list[Straggle]:
         except (ValueError, IndexError):
             raise ConfigError("straggler", text,
                               "entries worker:start_iter:iters:factor, e.g. 3:20:30:4") from None
-        if not 0 <= w < workers or start < 0 or length < 1 or factor < 1:
+        if (not 0 <= w < (workers if workers is not None else w + 1) or start < 0 or length < 1
+                or not math.isfinite(factor) or factor < 1):
+            top = f"in 0..{workers - 1}" if workers is not None else ">= 0"
             raise ConfigError("straggler", item,
-                              f"worker in 0..{workers - 1}, start >= 0, iters >= 1, factor >= 1")
+                              f"worker {top}, start >= 0, iters >= 1, factor >= 1 (finite)")
         out.append(Straggle(w, start, length, factor))
     return out
 
@@ -49,12 +53,7 @@ def random_stragglers(text: str, worker: int, iterations: int, seed: int) -> lis
     straggle with probability `rate`, lasting a geometric number of iterations."""
     if not text:
         return []
-    try:
-        rate, mean, factor = (float(x) for x in text.split(":"))
-    except ValueError:
-        raise ConfigError("random_stragglers", text, "rate:mean_iters:factor, e.g. 0.01:20:4") from None
-    if not (0 <= rate <= 1 and mean >= 1 and factor >= 1):
-        raise ConfigError("random_stragglers", text, "rate in [0,1], mean_iters >= 1, factor >= 1")
+    rate, mean, factor = parse_random_stragglers(text)
     rng = np.random.default_rng([seed, worker, 0x57A6])
     out, i = [], 0
     while i < iterations:
@@ -65,6 +64,21 @@ def random_stragglers(text: str, worker: int, iterations: int, seed: int) -> lis
         else:
             i += 1
     return out
+
+
+def parse_random_stragglers(text: str) -> tuple[float, float, float] | None:
+    """'rate:mean_iters:factor' -> its three numbers (None for '')."""
+    if not text:
+        return None
+    try:
+        rate, mean, factor = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise ConfigError("random_stragglers", text, "rate:mean_iters:factor, e.g. 0.01:20:4") from None
+    # finite: an infinite mean or factor would stall a worker for ever
+    if not (0 <= rate <= 1 and 1 <= mean < math.inf and 1 <= factor < math.inf):
+        raise ConfigError("random_stragglers", text,
+                          "rate in [0,1], mean_iters >= 1, factor >= 1 (both finite)")
+    return rate, mean, factor
 
 
 class Slowdown:

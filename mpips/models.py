@@ -133,8 +133,39 @@ def _user_model(name, input_shape, num_classes) -> nn.Module:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise ConfigError("model", name, f"module {module_name} has no function {function_name}")
-    model = function(input_shape, num_classes)
+    try:
+        model = function(input_shape, num_classes)
+    except Exception as e:  # noqa: BLE001 - the user's code may raise anything
+        raise ConfigError("model", name, f"{function_name}(input_shape, num_classes) failed: "
+                          f"{_one_line(e)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError("model", name, f"{function_name}(input_shape, num_classes) returned "
                           f"{type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
+def check_model(model: nn.Module, name: str, x: torch.Tensor, num_classes: int) -> None:
+    """Before training: the model has something to train and maps a batch
+    of `x` to one score per class (a user's model may do neither). The dry
+    run is in eval mode without gradients, so it draws no random numbers
+    (dropout) and changes no statistics: every rank stays in step."""
+    if not any(p.requires_grad and p.numel() for p in model.parameters()):
+        raise ConfigError("model", name, "has no trainable parameters (nothing to train)")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(x)
+    except Exception as e:  # noqa: BLE001 - the user's forward may raise anything
+        raise ConfigError("model", name, f"fails on a batch of shape {tuple(x.shape)}: "
+                          f"{_one_line(e)}") from None
+    finally:
+        model.train(was_training)
+    shape = tuple(getattr(out, "shape", ()))
+    if len(shape) != 2 or shape[0] != len(x) or shape[1] < num_classes:
+        raise ConfigError("model", name, f"maps a batch of shape {tuple(x.shape)} to {shape or type(out).__name__}; "
+                          f"needs (batch, {num_classes}): one score per class of the dataset")

@@ -20,7 +20,7 @@ from .flatmodel import FlatModel
 from .gssp import run_gssp
 from .layout import SERVER, WORKER, make_layout
 from .log import RankLog, rank_file, write_run_end, write_run_header
-from .models import build_model
+from .models import build_model, check_model
 from .paradigms import make_paradigm
 from .server import Evaluator, Server
 from .windows import ControlTable, ParameterStore
@@ -49,6 +49,38 @@ def _agree(comm: MPI.Intracomm, fn):
     if first:
         raise SetupError(first)
     return result
+
+
+def _writable_run_dir(run_dir: str) -> None:
+    """The run directory exists and takes files (an existing one may not: /proc)."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        probe = os.path.join(run_dir, f".mpips-probe-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise ConfigError("run_dir", run_dir, f"cannot write there ({e.strerror})") from None
+
+
+def _check_epoch_size(config: Config, workers: int, samples: int) -> None:
+    """A run sized in epochs needs an epoch of at least one iteration: a batch
+    beyond a worker's shard would make every "epoch" several passes."""
+    if samples < workers:
+        raise ConfigError("workers", workers, f"more than the {samples} training samples of {config.dataset}")
+    if config.iterations:
+        return   # sized in iterations: no epoch to miscount
+    if config.paradigm == "lbbsp":
+        total = config.global_batch or workers * config.batch_size
+        if total > samples:
+            raise ConfigError("global_batch" if config.global_batch else "batch_size",
+                              config.global_batch or config.batch_size,
+                              f"a round of {total} samples exceeds the {samples} training samples "
+                              f"(an epoch); use a smaller batch, or --iterations")
+    elif config.batch_size > samples // workers:
+        raise ConfigError("batch_size", config.batch_size,
+                          f"must be <= {samples // workers}, a worker's share of the {samples} "
+                          f"training samples (an epoch); or size the run with --iterations")
 
 
 def _device(config: Config, comm: MPI.Intracomm) -> torch.device:
@@ -81,11 +113,20 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     config.run_dir = run_dir
 
     def setup():
+        # Everything a rank would otherwise find bad only later, alone, in a
+        # worker or a server (where it can only abort the job): checked here,
+        # on every rank, so that bad input ends the job with one line.
+        config.check_workers(layout.workers)
         if rank == 0:
-            os.makedirs(run_dir, exist_ok=True)
-        data = load_dataset(config)
+            _writable_run_dir(run_dir)
+        try:
+            data = load_dataset(config)
+        except MemoryError:
+            raise ConfigError("dataset", config.dataset, "does not fit in this rank's memory") from None
+        _check_epoch_size(config, layout.workers, len(data.y_train))
         torch.manual_seed(config.seed)
         model = build_model(config.model, data.input_shape, data.num_classes)
+        check_model(model, config.model, data.x_train[:2], data.num_classes)
         paradigm = make_paradigm(config, layout.workers)
         ipe = paradigm.iterations_per_epoch(len(data.y_train))
         return data, model, paradigm, ipe
