@@ -98,6 +98,7 @@ def run_row(log: RunLog, target: float) -> dict:
         "heterogeneity": heterogeneity(log.config),
         "seed": log.config["seed"],
         "status": log.status,
+        "damage": "; ".join(log.problems),   # rank files missing, truncated, unreadable
         "time_to_target": reached,
         "epochs_to_target": log.epochs_to_accuracy(target),
         **{k: s[k] for k in NUMERIC if k not in ("time_to_target", "epochs_to_target")},
@@ -193,6 +194,7 @@ def main(argv=None) -> int:
         print(f"summarize: {e}", file=sys.stderr)
         return 2
     unfinished = [r["run"] for r in table if r["status"] != "finished"]
+    damaged = [f"{r['run']}: {r['damage']}" for r in table if r["damage"]]
     if args.mean:
         table = mean_rows(table)
     if args.columns:
@@ -203,6 +205,8 @@ def main(argv=None) -> int:
     print(render_text(table, args.target))
     if unfinished:
         print(f"not finished (partial logs): {', '.join(unfinished)}")
+    for line in damaged:   # their rows count only what could be read
+        print(f"summarize: damaged run log {line}", file=sys.stderr)
     if args.csv:
         write_csv(table, args.csv)
     if args.markdown:

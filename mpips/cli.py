@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import signal
 import sys
 import traceback
 
-from . import syncswitch_search
+from . import preemption, syncswitch_search
 from .config import Config, ConfigError, load
 
 
@@ -53,9 +52,10 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def cmd_train(args) -> int:
-    # SIGUSR1 (preemption) asks the trainer for a checkpoint; before it can
-    # take one, or once the run is finished, it must not kill the rank.
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    # SIGUSR1 (preemption) asks the trainer for a checkpoint; one that comes
+    # before it can take one is remembered (`python -m mpips` did this first
+    # of all), and once the run is finished it must not kill the rank.
+    preemption.remember()
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -66,12 +66,14 @@ def cmd_train(args) -> int:
         return _fail(str(e)) if comm.Get_rank() == 0 else 2
 
     from .checkpointer import PREEMPTED_EXIT, Preempted
-    from .runtime import SetupError, train
+    from .runtime import SetupError, TrainingFailed, train
 
     try:
         train(config, comm)
     except SetupError as e:
         return _fail(str(e)) if comm.Get_rank() == 0 else 2
+    except TrainingFailed as e:
+        return _fail(str(e), 1) if comm.Get_rank() == 0 else 1
     except Preempted:
         return PREEMPTED_EXIT  # checkpointed, not finished: jobs/common.sh requeues the job
     except BaseException as e:  # noqa: BLE001 - any failure must end the whole job
@@ -88,18 +90,26 @@ def cmd_info(args) -> int:
 
     try:
         log = RunLog(args.run_dir)
-    except (FileNotFoundError, OSError, KeyError) as e:
-        return _fail(f"{args.run_dir}: not a readable run log ({e})")
-    s = log.summary()
+        s = log.summary()
+    except (FileNotFoundError, OSError, KeyError, ValueError) as e:
+        return _fail(f"{args.run_dir}: not a readable run log ({' '.join(str(e).split())})")
+    # A damaged log (a rank file missing, truncated, unreadable) is summarized
+    # from what is left, says so, and exits 1: its numbers are not the run's.
+    code = 1 if log.problems else 0
     if args.json:
-        print(json.dumps(s))
-        return 0
+        whole = log.completeness()
+        print(json.dumps({**s, "files": whole["files"], "iterations_promised": whole["iterations_promised"],
+                          "iterations_logged": whole["iterations_logged"]}))
+        return code
     width = max(len(k) for k in s)
     for k, v in s.items():
         if isinstance(v, float):
             v = f"{v:.4g}"
         print(f"{k:<{width}}  {v}")
-    return 0
+    if log.problems:
+        print(f"mpips: warning: {args.run_dir}: damaged run log: {'; '.join(log.problems)}",
+              file=sys.stderr, flush=True)
+    return code
 
 
 def main(argv=None) -> int:

@@ -139,6 +139,13 @@ def write_run_end(run_dir: str, *, wall_seconds: float, final_params: np.ndarray
             f.create_dataset("final_params", data=final_params)
 
 
+def set_status(run_dir: str, status: str, reason: str = "") -> None:
+    """Change the run's status after its end (e.g. `failed`: it did not train)."""
+    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
+        f.attrs["status"] = status
+        f.attrs["status_reason"] = reason
+
+
 def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]
                        ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Each table's rows from every segment of the run, less the rows a later
@@ -177,33 +184,116 @@ def _before_cut(table: str, rows: np.ndarray, cut: dict) -> np.ndarray:
     return rows["time"] <= cut["time"]
 
 
+class LogError(OSError):
+    """A run log that cannot be read at all (run.h5 damaged). `str()` is one line naming the file."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+
+
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _damage(path: str) -> str:
+    """Why an HDF5 file cannot be whole ('' if nothing is seen), checked
+    before HDF5 opens it: a SWMR reader retries a read past the end of a
+    truncated file for minutes. Superblock versions 2 and 3 (libver
+    "latest", as RankLog writes) hold the end-of-file address at byte 28;
+    a writer's flush puts the file's size there, so a shorter file lost
+    its end (a killed writer leaves it at least that long)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(36)
+    if len(head) < 36 or head[:8] != _HDF5_SIGNATURE:
+        return f"not an HDF5 file ({size} bytes)"
+    if head[8] in (2, 3) and head[9] == 8:
+        end = int.from_bytes(head[28:36], "little")
+        if size < end:
+            return f"truncated ({size} of {end} bytes)"
+    return ""
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
 class RunLog:
-    """Read a run directory. Everything that reads logs goes through this."""
+    """Read a run directory. Everything that reads logs goes through this.
+
+    A damaged rank file (missing, truncated, unreadable) does not stop the
+    reading of the others: `files` and `problems` say what is missing, and
+    `completeness()` whether the run is whole. A damaged run.h5 is a LogError.
+    """
 
     def __init__(self, run_dir: str):
         self.run_dir = run_dir
         path = os.path.join(run_dir, "run.h5")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no run log here (is {run_dir} a run directory?)")
-        with h5py.File(path, "r") as f:
-            self.config = json.loads(f.attrs["config"])
-            self.layout = json.loads(f.attrs["layout"])
-            self.versions = json.loads(f.attrs["versions"])
-            self.status = str(f.attrs.get("status", "incomplete"))
-            self.wall_seconds = float(f.attrs["wall_seconds"]) if "wall_seconds" in f.attrs else None
-            self._final = f["final_params"][...] if "final_params" in f else None
-            self.segments = int(f.attrs.get("segments", 1))
+        try:
+            with h5py.File(path, "r") as f:
+                self.config = json.loads(f.attrs["config"])
+                self.layout = json.loads(f.attrs["layout"])
+                self.versions = json.loads(f.attrs["versions"])
+                self.status = str(f.attrs.get("status", "incomplete"))
+                self.status_reason = str(f.attrs.get("status_reason", ""))
+                self.wall_seconds = float(f.attrs["wall_seconds"]) if "wall_seconds" in f.attrs else None
+                self._final = f["final_params"][...] if "final_params" in f else None
+                self.segments = int(f.attrs.get("segments", 1))
+                # the rank files its jobs wrote (older logs: whatever is here)
+                expected = [k + ".h5" for k in f["ranks"]] if "ranks" in f else []
+        except Exception as e:  # noqa: BLE001 - damaged HDF5 or JSON raises many kinds
+            raise LogError(path, f"not a readable run log ({_one_line(e)})") from None
+        names = set(expected) | {os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "rank-*.h5"))}
+        self.files: dict[str, dict] = {}   # per rank file: present, problem, rows per table
         parts = {name: [] for name in TABLES}
-        for p in sorted(glob.glob(os.path.join(run_dir, "rank-*.h5"))):
-            with h5py.File(p, "r", swmr=True) as f:
-                segment = int(f.attrs.get("segment", 0))
-                if segment >= self.segments:
-                    continue  # left by an earlier job here that started afresh
-                for name in TABLES:
-                    if name in f:
-                        parts[name].append((segment, f[name][...]))
+        for name in sorted(names):
+            self.files[name] = self._read_rank_file(os.path.join(run_dir, name), parts)
+        self.problems = [f"{name} {info['problem']}" for name, info in self.files.items() if info["problem"]]
         # rows per table left out: work lost since a checkpoint, redone after it
         self._tables, self.redone = _without_lost_work(parts)
+
+    def _read_rank_file(self, path: str, parts: dict) -> dict:
+        info = {"present": os.path.exists(path), "problem": "", "rows": {}}
+        if not info["present"]:
+            info["problem"] = "missing"
+            return info
+        try:
+            info["problem"] = _damage(path)
+            if info["problem"]:
+                return info
+            tables = {}
+            with h5py.File(path, "r", swmr=True) as f:
+                segment = int(f.attrs.get("segment", 0))
+                for name in TABLES:
+                    if name in f:
+                        tables[name] = f[name][...]
+        except Exception as e:  # noqa: BLE001 - damaged HDF5 raises many kinds
+            info["problem"] = f"unreadable ({_one_line(e)})"
+            return info
+        info["rows"] = {name: len(rows) for name, rows in tables.items()}
+        if segment < self.segments:   # else left by an earlier job here that started afresh
+            for name, rows in tables.items():
+                parts[name].append((segment, rows))
+        return info
+
+    def completeness(self) -> dict[str, Any]:
+        """Whether the run is whole: finished, every rank file present and
+        readable, every worker's iterations logged (as many as the layout
+        promises); if not, `reason` says what is missing, in one line."""
+        reasons = [] if self.status == "finished" else [
+            f"status {self.status}" + (f" ({self.status_reason})" if self.status_reason else "")]
+        reasons += self.problems
+        promised = self.layout.get("iterations_per_worker")
+        rows = {}
+        if promised is not None:
+            it = self.iterations
+            rows = {w: int((it["worker"] == w).sum()) for w in range(int(self.layout["workers"]))}
+            short = [f"{w} ({n} of {promised})" for w, n in rows.items() if n < promised]
+            if short:
+                reasons.append("iterations logged of workers " + ", ".join(short))
+        return {"complete": not reasons, "reason": "; ".join(reasons),
+                "files": self.files, "iterations_promised": promised, "iterations_logged": rows}
 
     @property
     def name(self) -> str:
@@ -260,10 +350,13 @@ class RunLog:
                           + rows["push"]).max() - rows["start"].min())
             busy[int(w)] = float(rows["wait"].sum()) / span if span > 0 else 0.0
         samples = int(it["batch"][it["rejected"] == 0].sum()) if len(it) else 0
+        whole = self.completeness()
         return {
             "run": self.name,
             "paradigm": self.paradigm,
             "status": self.status,
+            "complete": whole["complete"],
+            "reason": whole["reason"],
             "servers": self.layout["servers"],
             "workers": self.layout["workers"],
             "epochs": self.config["epochs"],
