@@ -1,5 +1,9 @@
 import sys
 
-from .cli import main
+from . import preemption
+
+preemption.remember()   # before the slow imports: a preemption during start-up is not lost
+
+from .cli import main  # noqa: E402
 
 sys.exit(main())

@@ -52,6 +52,7 @@ import time
 import numpy as np
 import torch
 
+from . import preemption
 from .checkpoint import Resume, clear_checkpoints, decode, encode, write_checkpoint
 from .log import write_run_end
 from .windows import G, S, W
@@ -64,17 +65,26 @@ class Preempted(Exception):
 
 
 class PreemptionSignal:
-    """SIGUSR1 sets `received`, on every rank, while the job trains; the
-    previous handler is put back by `uninstall`."""
+    """Whether SIGUSR1 came, on this rank, since the process started
+    (mpips/preemption.py keeps the flag); `uninstall` puts back the handler
+    that was there before, where this one installed its own."""
 
     def __init__(self):
-        self.received = False
         self._previous = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGUSR1, self._handle)
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGUSR1) is not preemption._handle):
+            self._previous = signal.signal(signal.SIGUSR1, preemption._handle)
 
-    def _handle(self, signum, frame):
-        self.received = True
+    @property
+    def received(self) -> bool:
+        return preemption.received()
+
+    @received.setter
+    def received(self, value: bool) -> None:
+        if value:
+            preemption._handle(signal.SIGUSR1, None)
+        else:
+            preemption.clear()
 
     def uninstall(self) -> None:
         if self._previous is not None:
@@ -244,6 +254,7 @@ class Checkpointer:
             return
         path = self._save(group or ctx, n, role_state(), exiting=exiting)
         if exiting:
+            self.signal.received = False   # dealt with
             raise Preempted(f"preempted after checkpoint {n} ({path})")
 
     def _save(self, ctx, n: int, role_state: dict, *, exiting: bool) -> str | None:
