@@ -39,6 +39,8 @@ class Context:
     epoch_pushes: int = 0            # pushes in `control` per epoch; 0 = workers x iterations
     clients: str = "worker"          # what writes the rows of `control`
     client_ranks: tuple[int, ...] = ()   # their world ranks; () = the workers'
+    servers: str = "server"              # what applies the pushes in `control`
+    server_ranks: tuple[int, ...] = ()   # their world ranks; () = the servers'
     checkpointer: Any = None         # this rank's part in checkpoints (mpips/checkpointer.py)
 
     def now(self) -> float:
@@ -56,14 +58,32 @@ class Context:
                           warn=self.config.stall_warn, timeout=self.config.stall_timeout, due=due)
 
     def describe_workers(self, workers) -> str:
-        """'workers 2 (clock 7), 3 (clock 5, done)' for stall messages."""
+        """Whom a wait on `workers` waits for, for stall messages: a worker
+        that has not pushed (yet), 'workers 2 = rank 4 (clock 7)', or, for
+        pushes made and not applied, the server that has not applied them,
+        'server 0 = rank 0 (applied 5 of 6 pushes of worker 1)'. A gate waits
+        on applied counts, so a stopped server holds up every worker: naming
+        the workers (the waiting one itself among them) would blame the wrong
+        ranks."""
+        from .windows import S
+
         snap = self.control.read()
         rows = self.control.worker_rows(snap)
+        applied = self.control.server_rows(snap)[:, len(S):]
         ranks = self.client_ranks or self.layout.worker_ranks
-        parts = []
+        server_ranks = self.server_ranks or self.layout.server_ranks
+        parts, lagging = [], {}
         for j in workers:
-            extra = ", done" if rows[j, W.DONE] else ""
-            parts.append(f"{self.clients} {j} = rank {ranks[j]} (clock {int(rows[j, W.CLOCK])}{extra})")
+            clock = int(rows[j, W.CLOCK])
+            behind = [s for s in range(len(applied)) if applied[s, j] < clock]
+            for s in behind:
+                lagging.setdefault(s, []).append(f"{int(applied[s, j])} of {clock} pushes of "
+                                                 f"{self.clients} {j}")
+            if not behind:   # all its pushes applied: the worker itself is behind
+                extra = ", done" if rows[j, W.DONE] else ""
+                parts.append(f"{self.clients} {j} = rank {ranks[j]} (clock {clock}{extra})")
+        parts += [f"{self.servers} {s} = rank {server_ranks[s]} (applied {', '.join(what)})"
+                  for s, what in sorted(lagging.items())]
         return "; ".join(parts) if parts else "nothing (condition not met)"
 
     def epochs_of(self, pushes: int) -> float:

@@ -39,8 +39,9 @@ from .windows import W, ControlTable, ParameterStore
 from .worker import Worker
 
 
-def run_gssp(ctx: Context, flat: FlatModel, data) -> None:
-    """Every role of a GSSP job; `ctx` is the global level."""
+def run_gssp(ctx: Context, flat: FlatModel, data):
+    """Every role of a GSSP job; `ctx` is the global level. Returns what
+    runtime.run_roles does (a worker: its Worker)."""
     from .runtime import run_roles  # runtime imports this module
 
     layout, cfg = ctx.layout, ctx.config
@@ -74,10 +75,11 @@ def run_gssp(ctx: Context, flat: FlatModel, data) -> None:
     store = ParameterStore(comm, [0], flat.n)
     control = ControlTable(comm, 0, layout.workers, 1)
     group = dataclasses.replace(ctx, store=store, control=control,
-                                epoch_pushes=len(members) * ctx.iterations_per_epoch)
+                                epoch_pushes=len(members) * ctx.iterations_per_epoch,
+                                servers="group server", server_ranks=(layout.group_server_ranks[g],))
     try:
         if ctx.role == WORKER:
-            run_roles(group, flat, data)
+            return run_roles(group, flat, data)
         else:
             speed = GroupSpeed(members, ctx.iterations_per_epoch)
             run_group_server(ctx, group, flat, GroupServer(
