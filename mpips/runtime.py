@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -19,7 +20,7 @@ from .data import DataError, WorkerShard, load_dataset
 from .flatmodel import FlatModel
 from .gssp import run_gssp
 from .layout import SERVER, WORKER, make_layout
-from .log import RankLog, rank_file, write_run_end, write_run_header
+from .log import RankLog, rank_file, set_status, write_run_end, write_run_header
 from .models import build_model, check_model
 from .paradigms import make_paradigm
 from .server import Evaluator, Server
@@ -31,6 +32,11 @@ from .worker import Worker
 class SetupError(Exception):
     """Bad input found while setting up; every rank raises it with the same
     one-line message, so the job ends cleanly instead of aborting."""
+
+
+class TrainingFailed(Exception):
+    """The run ended without training (every push rejected); every rank
+    raises it with the same one-line message after a clean end."""
 
 
 def default_run_dir(config: Config) -> str:
@@ -169,9 +175,10 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     preempted = None
     try:
         if layout.group_servers:  # GSSP: a second level of servers (mpips/gssp.py)
-            run_gssp(ctx, flat, data)
+            worker = run_gssp(ctx, flat, data)
         else:
-            run_roles(ctx, flat, data)
+            worker = run_roles(ctx, flat, data)
+        failed = _check_trained(ctx, worker)
     except Preempted as e:
         preempted = e  # every rank stopped after the same checkpoint: end cleanly, then say so
     finally:
@@ -182,7 +189,29 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     role_comm.Free()
     if preempted is not None:
         raise preempted
+    if failed:
+        raise TrainingFailed(failed)
     return run_dir
+
+
+def _check_trained(ctx: Context, worker) -> str:
+    """After the end barrier, on every rank: '' if the run trained, else why
+    not (then run.h5 says `failed`, not `finished`). Rejected pushes (NaN or
+    Inf gradients) are never applied: a run of nothing else made no update."""
+    mine = np.array([worker.rejected, worker.clock] if worker is not None else [0, 0], dtype=np.int64)
+    rejected, pushes = (int(x) for x in ctx.comm.allreduce(mine))
+    if not rejected:
+        return ""
+    if rejected < pushes:
+        if ctx.rank == 0:
+            print(f"mpips: warning: {rejected} of {pushes} pushes were rejected (NaN or Inf "
+                  f"gradients) and not applied", file=sys.stderr, flush=True)
+        return ""
+    why = (f"no update was made: all {pushes} pushes were rejected (NaN or Inf gradients); "
+           f"the run did not train (a smaller --lr?)")
+    if ctx.rank == 0:
+        set_status(ctx.run_dir, "failed", why)
+    return why
 
 
 def run_roles(ctx: Context, flat: FlatModel, data) -> None:
@@ -211,6 +240,7 @@ def run_roles(ctx: Context, flat: FlatModel, data) -> None:
         worker.run()
         ctx.wait_for_servers_done(stop=worker.stop_for_checkpoint)
     ctx.barrier("end of the run")
+    return worker if role == WORKER else None
 
 
 def _finish(ctx: Context, evaluator: Evaluator) -> None:

@@ -24,6 +24,7 @@ class Server:
                                    total_epochs=ctx.iterations / ctx.iterations_per_epoch)
         self.grad = np.zeros_like(ctx.store.shard)
         self.consumed = np.zeros(ctx.control.workers, dtype=np.int64)  # per row of the table
+        self.rejected = np.zeros(ctx.control.workers, dtype=np.int64)  # of those, rejected (sent nothing)
         self.steps = 0
         self.path = 0.0
         self.norm_ema = UpdateNormEMA(NORM_EMA_BETA)
@@ -59,8 +60,11 @@ class Server:
             return last["halt"] or last["apply"] or last["finished"]
 
         def describe():
+            # the workers whose next push it waits for (one whose push is
+            # here waits on this server, not the other way round)
             view = last["view"]
-            behind = [j for j in range(view.num_workers) if not view.done[j]]
+            behind = [j for j in range(view.num_workers)
+                      if not view.done[j] and view.clocks[j] <= self.consumed[j]]
             return ctx.describe_workers(behind)
 
         def due():
@@ -103,6 +107,11 @@ class Server:
         t = time.perf_counter()
         target = view.clocks.copy()
         new = int((target - self.consumed).sum())
+        rejected = view.rejected.copy()
+        if new <= int(np.maximum(rejected - self.rejected, 0).sum()):
+            self.skip(target, rejected, new)
+            return
+        self.rejected = rejected
         ctx.store.take_gradient(self.grad)
         lr = ctx.paradigm.server_lr(self.opt.scheduled_lr(ctx.epochs_of(self.pushes)), view)
         momentum = ctx.paradigm.server_momentum(self.ctx.config.momentum, view)
@@ -123,6 +132,24 @@ class Server:
         # Logged by world rank: servers are ranks 0..S-1, GSSP's group servers follow.
         ctx.log.row("applies", ctx.rank, ctx.now(), waited, time.perf_counter() - t, new, self.pushes,
                     self.steps, norm, lr, self.opt.momentum)
+        self.maybe_evaluate()
+
+    def skip(self, target: np.ndarray, rejected: np.ndarray, new: int) -> None:
+        """Every push since the last step was rejected (NaN/Inf): they count
+        as applied, so that gates pass, but no step is taken, since momentum
+        and weight decay alone would move the parameters without a gradient.
+        The gradient window is left alone: a push landing meanwhile stays for
+        the next step."""
+        ctx = self.ctx
+        self.consumed = target
+        self.rejected = rejected
+        self.publish(done=False)
+        ctx.log.event(ctx.now(), "skipped_step", server=self.s, pushes=new, total_pushes=self.pushes,
+                      step=self.steps, reason="every push since the last step was rejected")
+        self.maybe_evaluate()
+
+    def maybe_evaluate(self) -> None:
+        ctx = self.ctx
         if self.evaluator is not None and ctx.epochs_of(self.pushes) >= self.next_eval - 1e-9:
             self.next_eval += ctx.config.eval_every
             self.evaluator.evaluate(self.steps, self.pushes)
@@ -131,7 +158,8 @@ class Server:
         """What a checkpoint keeps of this server (taken while nothing is in flight)."""
         ctx = self.ctx
         state = {"shard": ctx.store.shard.copy(), "pending": ctx.store.pending(),
-                 "optimizer": self.opt.state(), "consumed": self.consumed.copy(), "steps": self.steps,
+                 "optimizer": self.opt.state(), "consumed": self.consumed.copy(),
+                 "rejected": self.rejected.copy(), "steps": self.steps,
                  "path": self.path, "norm_ema": [self.norm_ema.value, self.norm_ema.count],
                  "next_eval": self.next_eval}
         if self.evaluator is not None:
@@ -145,6 +173,7 @@ class Server:
         ctx.store.publish()
         self.opt.load_state(state["optimizer"])
         self.consumed = np.asarray(state["consumed"], dtype=np.int64)
+        self.rejected = np.asarray(state.get("rejected", self.rejected), dtype=np.int64)  # older checkpoints: none
         self.steps, self.path = int(state["steps"]), float(state["path"])
         self.norm_ema.value, self.norm_ema.count = float(state["norm_ema"][0]), int(state["norm_ema"][1])
         self.next_eval = float(state["next_eval"])

@@ -317,6 +317,11 @@ class TableView(ClusterView):
                 snap[_NG + _DONE:end:_NW].tolist())
 
     @_lazy
+    def rejected(self) -> np.ndarray:
+        """(W,) pushes each worker counted in its clock but rejected (NaN/Inf): nothing was sent."""
+        return self._w[:, W.REJECTED].astype(np.int64)
+
+    @_lazy
     def _w(self) -> np.ndarray:
         return self._table.worker_rows(self._snap)
 
