@@ -1,0 +1,20 @@
+"""Users' model functions (`--model faulty_models:NAME`) that cannot train."""
+from torch import nn
+
+
+def frozen(input_shape, num_classes):
+    """No trainable parameter."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def one_argument(input_shape):
+    """The wrong signature: models are called with (input_shape, num_classes)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+
+
+def five_classes(input_shape, num_classes):
+    """Fewer scores than the dataset has classes."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 5))
