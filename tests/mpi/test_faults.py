@@ -1,0 +1,214 @@
+"""Fault injection into whole jobs: stop and continue a server, a preemption
+signal during start-up, runs that cannot train, damaged run logs.
+(Bad input: tests/mpi/inproc/test_bad_input.py; damaged checkpoints:
+tests/unit/test_faults.py.)"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import MPI_ENV, MPIEXEC, train
+from mpips.checkpoint import checkpoint_files
+from mpips.log import RunLog
+from mpips.models import build_model
+
+SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
+
+
+def _start(n: int, run_dir, *flags: str, tag: str) -> subprocess.Popen:
+    """A job in the background; its ranks carry MPIPS_TEST_TAG=tag in their environment."""
+    cmd = [MPIEXEC, "--timeout", "200", "-n", str(n), sys.executable, "-m", "mpips", "train",
+           "--run-dir", str(run_dir), *flags]
+    return subprocess.Popen(cmd, env={**os.environ, **MPI_ENV, "MPIPS_TEST_TAG": tag},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+
+
+def _ranks(tag: str) -> dict[int, int]:
+    """{world rank: pid} of the processes of the job tagged `tag`."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = dict(kv.split(b"=", 1) for kv in fh.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if env.get(b"MPIPS_TEST_TAG") == tag.encode() and b"OMPI_COMM_WORLD_RANK" in env:
+            found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+    return found
+
+
+def _usr1_handled(pid: int) -> bool:
+    """The process no longer dies of SIGUSR1 (caught or ignored)."""
+    with open(f"/proc/{pid}/status") as fh:
+        masks = dict(line.split(":", 1) for line in fh if line.startswith(("SigCgt", "SigIgn")))
+    return any(int(m.strip(), 16) & SIGUSR1_BIT for m in masks.values())
+
+
+def _lines(p: subprocess.Popen) -> list[str]:
+    """The job's output, collected by a thread as it comes."""
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True).start()
+    return lines
+
+
+def _wait_for(condition, what: str, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_usr1_during_start_up_checkpoints_exits_3_and_resumes(tmp_path):
+    run = tmp_path / "run"
+    p = _start(3, run, "--iterations", "30", "--stall-timeout", "60", tag=f"usr1-{os.getpid()}")
+    lines = _lines(p)
+    try:
+        ranks = _wait_for(lambda: (r := _ranks(f"usr1-{os.getpid()}")) and len(r) == 3
+                          and all(_usr1_handled(pid) for pid in r.values()) and r, "the ranks to start")
+        assert not (run / "run.h5").exists(), "sent during start-up (rank 0 writes run.h5 after it)"
+        os.kill(p.pid, signal.SIGUSR1)   # as Slurm does: to mpirun, which passes it to every rank
+        p.wait(timeout=200)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    out = "".join(lines).replace("\x00", "")
+    assert p.returncode == 3, out[-3000:]
+    assert "checkpoint 1 (preemption)" in out and "preempted: exiting with status 3" in out
+    assert len(checkpoint_files(str(run))) == 1
+    assert RunLog(str(run)).status == "preempted"
+    assert ranks  # (the ranks existed when the signal went)
+    job = train(3, run, "--iterations", "30")   # started again: goes on from the checkpoint
+    assert "resuming from" in job.output
+    whole = job.log.completeness()
+    assert whole["complete"], whole["reason"]
+    assert whole["iterations_logged"] == {0: 30, 1: 30}
+
+
+def test_a_stopped_server_is_named_and_the_job_goes_on_when_it_continues(tmp_path):
+    tag = f"stop-{os.getpid()}"
+    p = _start(3, tmp_path / "run", "--paradigm", "bsp", "--iterations", "300", "--slowdown", "10,10",
+               "--stall-warn", "1", "--stall-timeout", "60", tag=tag)
+    lines = _lines(p)
+    try:
+        _wait_for(lambda: any(line.startswith("mpips: bsp |") for line in lines), "training to start")
+        time.sleep(0.5)
+        server = _ranks(tag)[0]
+        os.kill(server, signal.SIGSTOP)
+        try:
+            _wait_for(lambda: sum("waiting" in line for line in lines) >= 2, "stall warnings", 30)
+        finally:
+            os.kill(server, signal.SIGCONT)
+        p.wait(timeout=200)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    out = "".join(lines).replace("\x00", "")
+    assert p.returncode == 0, out[-3000:]
+    warnings = [line for line in out.splitlines() if ": waiting " in line and "gate at clock" in line]
+    assert warnings, out[-3000:]
+    for line in warnings:
+        # the workers wait for the pushes they made to be applied: the server holds them up
+        assert "for server 0 = rank 0 (applied " in line, line
+        assert "worker 0 = rank" not in line and "worker 1 = rank" not in line, line
+
+
+def _initial_params() -> np.ndarray:
+    torch.manual_seed(0)
+    model = build_model("mlp", (1, 8, 8), 10)
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+
+
+def test_a_run_whose_pushes_are_all_rejected_fails_without_moving_the_parameters(tmp_path):
+    nan_at = ",".join(f"{w}:{i}" for w in range(2) for i in range(6))
+    # momentum and weight decay would move the parameters with a zero gradient
+    job = train(3, tmp_path / "run", "--paradigm", "bsp", "--iterations", "6", "--nan-at", nan_at,
+                "--weight-decay", "0.1", check=False)
+    assert job.returncode == 1, job.output[-3000:]
+    errors = [line for line in job.output.splitlines() if line.startswith("mpips: error:")]
+    assert len(errors) == 1 and "all 12 pushes were rejected" in errors[0], job.output[-3000:]
+    assert "Traceback" not in job.output
+    log = job.log
+    assert log.status == "failed"
+    s = log.summary()
+    assert not s["complete"] and "status failed" in s["reason"]
+    assert s["updates"] == 0 and len(log.applies) == 0
+    assert len(log.events("skipped_step")) == 6
+    assert np.array_equal(log.final_params(), _initial_params())
+
+
+def test_no_step_without_a_gradient_when_some_pushes_are_rejected(tmp_path):
+    # BSP with one worker: one push per step; pushes 2 and 3 rejected
+    job = train(2, tmp_path / "run", "--paradigm", "bsp", "--iterations", "8", "--nan-at", "0:2,0:3",
+                "--weight-decay", "0.1")
+    assert "2 of 8 pushes were rejected" in job.output
+    log = job.log
+    assert log.summary()["updates"] == 6 and len(log.applies) == 6
+    assert [e["total_pushes"] for e in log.events("skipped_step")] == [3, 4]
+    assert log.summary()["complete"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One small finished run, copied by each test that damages it."""
+    return train(3, tmp_path_factory.mktemp("fin") / "run", "--iterations", "40",
+                 "--log-flush-seconds", "0.2").run_dir
+
+
+def _info(run_dir: str, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mpips", "info", run_dir, *flags], capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("damage", ["truncate 500", "truncate 10000", "delete"])
+def test_a_damaged_rank_file_is_named_within_seconds(finished_run, tmp_path, damage):
+    run = str(tmp_path / "run")
+    shutil.copytree(finished_run, run)
+    victim = os.path.join(run, "rank-1.h5")
+    if damage == "delete":
+        os.remove(victim)
+    else:
+        os.truncate(victim, int(damage.split()[1]))
+    start = time.monotonic()
+    p = _info(run)
+    assert time.monotonic() - start < 20   # not minutes of HDF5's SWMR retries
+    assert p.returncode == 1
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("mpips: warning:")]
+    assert len(warnings) == 1 and "rank-1.h5 " + ("missing" if damage == "delete" else "truncated") in warnings[0]
+    assert "Traceback" not in p.stderr
+    p = _info(run, "--json")
+    s = json.loads(p.stdout)
+    assert s["complete"] is False and "rank-1.h5" in s["reason"]
+    assert "iterations logged of workers 0 (0 of 40)" in s["reason"]
+    assert s["files"]["rank-1.h5"]["present"] == (damage != "delete")
+    assert s["files"]["rank-2.h5"] == {"present": True, "problem": "",
+                                       "rows": {"iterations": 40, "applies": 0, "evaluations": 0,
+                                                "events": 0, "exchanges": 0}}
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "analysis/summarize.py", run], capture_output=True, text=True,
+                       timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert time.monotonic() - start < 20
+    assert "summarize: damaged run log" in p.stderr and "rank-1.h5" in p.stderr
+
+
+def test_a_whole_run_is_complete(finished_run):
+    p = _info(finished_run, "--json")
+    assert p.returncode == 0
+    s = json.loads(p.stdout)
+    assert s["complete"] is True and s["reason"] == ""
+    assert s["iterations_promised"] == 40 and s["iterations_logged"] == {"0": 40, "1": 40}
