@@ -21,6 +21,18 @@ def test_defaults_validate():
     ({"dataset": "mnist"}, "data_dir", "needs --data-dir"),
     ({"batch_size": "16.5"}, "batch_size", "int"),
     ({"no_such_setting": 1}, "no_such_setting", "unknown setting"),
+    # issue 16: accepted before, or found only later by a worker
+    ({"weight_decay": "nan"}, "weight_decay", "finite"),
+    ({"vsgd_lambda": "nan"}, "vsgd_lambda", "finite"),
+    ({"seed": str(2**64)}, "seed", "[-2**63, 2**64)"),
+    ({"stall_timeout": "1e-6"}, "stall_timeout", ">= 1"),
+    ({"synthetic_samples": 10**9}, "synthetic_samples", "10000000"),
+    ({"batch_size": True}, "batch_size", "not a boolean"),
+    ({"straggler": "1:2"}, "straggler", "worker:start_iter:iters:factor"),
+    ({"straggler": "1:2:3:inf"}, "straggler", "finite"),
+    ({"random_stragglers": "0.1:20"}, "random_stragglers", "rate:mean_iters:factor"),
+    ({"nan_at": "x"}, "nan_at", "worker:iteration"),
+    ({"fail_at": "1:-1"}, "fail_at", "iteration >= 0"),
 ])
 def test_bad_values_name_the_field_and_what_is_allowed(overrides, field, allowed):
     with pytest.raises(ConfigError) as e:
@@ -60,8 +72,26 @@ def test_layout_from_world_size():
     (dict(servers=5), 5, "servers"),
     (dict(workers=3), 5, "workers"),
     (dict(paradigm="gssp", groups=3), 5, "groups"),
+    (dict(paradigm="gssp", groups=9), 5, "groups"),   # was "invalid workers=-5"
 ])
 def test_impossible_layouts(cfg, size, field):
     with pytest.raises(ConfigError) as e:
         make_layout(Config(**cfg), size)
     assert e.value.field == field
+
+
+def test_yaml_boolean_for_a_number_is_refused(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text("batch_size: true\n")
+    with pytest.raises(ConfigError, match="batch_size=True: must be of type int, not a boolean"):
+        load(str(p))
+
+
+def test_worker_settings_checked_against_the_number_of_workers():
+    c = Config(slowdown="1,2", straggler="1:0:5:2", nan_at="1:3")
+    c.check_workers(2)
+    for bad, field in ((dict(slowdown="1,2,3"), "slowdown"), (dict(straggler="2:0:5:2"), "straggler"),
+                       (dict(nan_at="2:3"), "nan_at"), (dict(fail_at="5:1"), "fail_at")):
+        with pytest.raises(ConfigError) as e:
+            Config(**bad).check_workers(2)
+        assert e.value.field == field

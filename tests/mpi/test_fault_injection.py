@@ -1,7 +1,7 @@
 """Fault injection into whole jobs: stop and continue a server, a preemption
 signal during start-up, runs that cannot train, damaged run logs.
 (Bad input: tests/mpi/inproc/test_bad_input.py; damaged checkpoints:
-tests/unit/test_faults.py.)"""
+tests/unit/test_damaged_files.py.)"""
 from __future__ import annotations
 
 import json

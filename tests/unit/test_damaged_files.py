@@ -1,7 +1,7 @@
 """Fault injection without MPI: damaged checkpoints and run logs, bad settings.
 
 The MPI half of the matrix (kill, stop and continue, a signal during
-start-up, bad input through a whole job) is in tests/mpi/test_faults.py.
+start-up, bad input through a whole job) is in tests/mpi/test_fault_injection.py.
 """
 from __future__ import annotations
 
@@ -83,3 +83,52 @@ def test_truncated_checkpoints_are_one_line_errors(tmp_path):
     raw = open(path, "rb").read()
     for at in np.linspace(0, len(raw) - 1, 10).astype(int):
         assert _read_damaged(str(tmp_path / "bad.h5"), raw[:at], original, f"cut at {at}") == "error"
+
+
+def _run_h5(run_dir, **attrs):
+    from mpips.log import write_run_header
+
+    os.makedirs(run_dir, exist_ok=True)
+    write_run_header(str(run_dir), config={"paradigm": "ssp", "epochs": 1.0}, versions={},
+                     layout={"servers": 1, "group_servers": 0, "workers": 1, "iterations_per_worker": 3},
+                     ranks=[0, 1])
+    import h5py
+
+    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
+        for k, v in attrs.items():
+            f.attrs[k] = v
+
+
+@pytest.mark.parametrize("damage", ["config not JSON", "run.h5 truncated", "run.h5 not HDF5"])
+def test_info_on_a_damaged_run_h5_is_one_line(tmp_path, capsys, damage):
+    from mpips import cli
+    from mpips.log import LogError, RunLog
+
+    run = tmp_path / "run"
+    _run_h5(run, **({"config": "{not json"} if damage == "config not JSON" else {}))
+    path = run / "run.h5"
+    if damage == "run.h5 truncated":
+        os.truncate(path, 300)
+    elif damage == "run.h5 not HDF5":
+        path.write_bytes(b"hello")
+    with pytest.raises(LogError) as e:
+        RunLog(str(run))
+    assert "run.h5" in str(e.value) and "\n" not in str(e.value)
+    assert cli.main(["info", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("mpips: error:") and "run.h5" in err
+
+
+def test_a_run_without_its_rank_files_is_not_complete(tmp_path):
+    """run.h5 links the rank files the job wrote: one missing is named, and
+    the run is not complete even if run.h5 says finished."""
+    from mpips.log import RankLog, RunLog, rank_file
+
+    run = tmp_path / "run"
+    _run_h5(run, status="finished")
+    log = RankLog(rank_file(str(run), 0), 0)
+    log.close()
+    whole = RunLog(str(run)).completeness()
+    assert not whole["complete"]
+    assert whole["reason"] == "rank-1.h5 missing; iterations logged of workers 0 (0 of 3)"
+    assert whole["files"]["rank-0.h5"]["problem"] == "" and not whole["files"]["rank-1.h5"]["present"]
