@@ -128,6 +128,30 @@ def test_a_stopped_server_is_named_and_the_job_goes_on_when_it_continues(tmp_pat
         assert "worker 0 = rank" not in line and "worker 1 = rank" not in line, line
 
 
+@pytest.mark.parametrize("victim", [0, 2], ids=["server", "worker"])
+def test_a_killed_rank_ends_the_job_and_its_log_says_incomplete(tmp_path, victim):
+    tag = f"kill-{victim}-{os.getpid()}"
+    p = _start(3, tmp_path / "run", "--iterations", "3000", "--slowdown", "5,5", "--stall-timeout", "60",
+               "--log-flush-seconds", "0.2", tag=tag)
+    lines = _lines(p)
+    try:
+        _wait_for(lambda: any(line.startswith("mpips: ssp |") for line in lines), "training to start")
+        time.sleep(1.0)
+        os.kill(_ranks(tag)[victim], signal.SIGKILL)
+        start = time.monotonic()
+        p.wait(timeout=100)
+        assert time.monotonic() - start < 60   # ended, not left waiting for the stall timeout
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    out = "".join(lines).replace("\x00", "")
+    assert p.returncode != 0
+    assert "signal 9" in out or "killed" in out.lower(), out[-3000:]
+    s = json.loads(_info(str(tmp_path / "run"), "--json").stdout)
+    assert s["complete"] is False and s["reason"].startswith("status incomplete"), s["reason"]
+
+
 def _initial_params() -> np.ndarray:
     torch.manual_seed(0)
     model = build_model("mlp", (1, 8, 8), 10)
