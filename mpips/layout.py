@@ -56,7 +56,7 @@ def make_layout(config, world_size: int) -> Layout:
         raise ConfigError("servers", config.servers,
                           f"must be < the {world_size} ranks started, leaving ranks for workers")
     workers = world_size - config.servers - group_servers
-    if group_servers and workers < group_servers:
+    if group_servers and workers < 1:
         # say it of the groups: "workers=-5" would blame a setting nobody gave
         raise ConfigError("groups", config.groups,
                           f"each group needs a group server and a worker: at most "

@@ -123,8 +123,6 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
         # worker or a server (where it can only abort the job): checked here,
         # on every rank, so that bad input ends the job with one line.
         config.check_workers(layout.workers)
-        if rank == 0:
-            _writable_run_dir(run_dir)
         try:
             data = load_dataset(config)
         except MemoryError:
@@ -135,6 +133,8 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
         check_model(model, config.model, data.x_train[:2], data.num_classes)
         paradigm = make_paradigm(config, layout.workers)
         ipe = paradigm.iterations_per_epoch(len(data.y_train))
+        if rank == 0:   # last: bad input elsewhere leaves no run directory behind
+            _writable_run_dir(run_dir)
         return data, model, paradigm, ipe
 
     data, model, paradigm, ipe = _agree(comm, setup)
