@@ -172,7 +172,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
               f" | {config.model} on {config.dataset} ({flat.n} parameters) | {iterations} iterations"
               f" per worker | run {run_dir}", flush=True)
     checkpointer.begin(ctx)
-    preempted = None
+    preempted, failed = None, ""
     try:
         if layout.group_servers:  # GSSP: a second level of servers (mpips/gssp.py)
             worker = run_gssp(ctx, flat, data)

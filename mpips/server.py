@@ -107,6 +107,8 @@ class Server:
         t = time.perf_counter()
         target = view.clocks.copy()
         new = int((target - self.consumed).sum())
+        # A rejected push (NaN/Inf) ticks the clock and sends nothing: if they
+        # are all that arrived since the last step, there is no gradient.
         rejected = view.rejected.copy()
         if new <= int(np.maximum(rejected - self.rejected, 0).sum()):
             self.skip(target, rejected, new)
