@@ -284,6 +284,7 @@ class RunLog:
             "max_clock_gap": int(it["clock_gap"].max()) if len(it) else 0,
             "rejected_pushes": int(it["rejected"].sum()) if len(it) else 0,
             "bytes_sent": int(it["bytes_sent"].sum()) if len(it) else 0,
+            "device_time_overruns": int(it["overrun"].sum()) if len(it) else 0,
         }
 
     def time_to_accuracy(self, target: float) -> float | None:
