@@ -98,8 +98,7 @@ def cmd_info(args) -> int:
     code = 1 if log.problems else 0
     if args.json:
         whole = log.completeness()
-        print(json.dumps({**s, "files": whole["files"], "iterations_promised": whole["iterations_promised"],
-                          "iterations_logged": whole["iterations_logged"]}))
+        print(json.dumps({**s, **{k: v for k, v in whole.items() if k not in ("complete", "reason")}}))
         return code
     width = max(len(k) for k in s)
     for k, v in s.items():

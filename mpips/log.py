@@ -29,6 +29,7 @@ ITERATION = np.dtype([
     ("push", "f8"), ("batch", "i4"), ("scale", "f4"), ("lr_scale", "f4"),
     ("staleness", "i8"), ("value_staleness", "f4"), ("value_staleness_bound", "f4"),
     ("bytes_sent", "i8"), ("bytes_dense", "i8"), ("loss", "f4"), ("rejected", "i1"),
+    ("sample", "i8"), ("overrun", "i1"),
 ])
 APPLY = np.dtype([
     ("server", "i4"), ("time", "f8"), ("wait", "f8"), ("apply", "f8"), ("pushes", "i4"),
@@ -284,16 +285,24 @@ class RunLog:
         reasons = [] if self.status == "finished" else [
             f"status {self.status}" + (f" ({self.status_reason})" if self.status_reason else "")]
         reasons += self.problems
-        promised = self.layout.get("iterations_per_worker")
-        rows = {}
-        if promised is not None:
-            it = self.iterations
+        it = self.iterations
+        total = int(self.layout.get("total_samples") or 0)
+        promised, rows, samples = None, {}, None
+        if total:
+            # a global budget (mpips/budget.py): the workers' iterations vary,
+            # their samples add up to the budget (unless a time limit cut it)
+            samples = int(it["batch"].sum())
+            if samples < total and not self.config.get("time_limit"):
+                reasons.append(f"samples logged {samples} of {total}")
+        elif self.layout.get("iterations_per_worker") is not None:
+            promised = int(self.layout["iterations_per_worker"])
             rows = {w: int((it["worker"] == w).sum()) for w in range(int(self.layout["workers"]))}
             short = [f"{w} ({n} of {promised})" for w, n in rows.items() if n < promised]
             if short:
                 reasons.append("iterations logged of workers " + ", ".join(short))
-        return {"complete": not reasons, "reason": "; ".join(reasons),
-                "files": self.files, "iterations_promised": promised, "iterations_logged": rows}
+        return {"complete": not reasons, "reason": "; ".join(reasons), "files": self.files,
+                "iterations_promised": promised, "iterations_logged": rows,
+                "samples_promised": total or None, "samples_logged": samples}
 
     @property
     def name(self) -> str:
@@ -376,6 +385,7 @@ class RunLog:
             "max_clock_gap": int(it["clock_gap"].max()) if len(it) else 0,
             "rejected_pushes": int(it["rejected"].sum()) if len(it) else 0,
             "bytes_sent": int(it["bytes_sent"].sum()) if len(it) else 0,
+            "device_time_overruns": int(it["overrun"].sum()) if len(it) else 0,
         }
 
     def time_to_accuracy(self, target: float) -> float | None:

@@ -178,6 +178,7 @@ class G(IntEnum):
     CHECKPOINT = 4       # number of the latest checkpoint requested (0: none yet)
     CHECKPOINT_GO = 5    # n: every rank stopped for checkpoint n, save it; -n: cancelled
     CHECKPOINT_EXIT = 6  # n: the job ends after checkpoint n (preemption)
+    CLAIMED = 7          # samples of the global budget claimed so far (mpips/budget.py)
 
 
 _NG, _NW, _NS = 8, 16, len(S)

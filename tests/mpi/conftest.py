@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpips.data import WorkerShard, load_dataset
+from mpips.data import GlobalStream, WorkerShard, load_dataset
 from mpips.log import RunLog
 from mpips.models import build_model
 
@@ -53,6 +53,19 @@ def train(n: int, run_dir, *flags: str, timeout: float = 240, check: bool = True
     return Job(p.returncode, out, str(run_dir))
 
 
+def assert_each_sample_once(log) -> None:
+    """Under a global budget the logged claims cover the run's sample stream
+    exactly: every position 0 .. total-1 once, none twice, none missed (so
+    each training sample is used once per epoch: position k is sample
+    perm_e[k mod N] of epoch e = k div N)."""
+    it = log.iterations
+    assert (it["sample"] >= 0).all(), "a batch without a claim"
+    positions = np.sort(np.concatenate([np.arange(s, s + b) for s, b in zip(it["sample"], it["batch"])]))
+    total = log.layout["total_samples"]
+    assert len(positions) == total, f"{len(positions)} samples used, the budget is {total}"
+    assert np.array_equal(positions, np.arange(total)), "a sample position claimed twice or missed"
+
+
 @pytest.fixture
 def run_dir(tmp_path):
     return tmp_path / "run"
@@ -60,15 +73,23 @@ def run_dir(tmp_path):
 
 def uneven_sgd_oracle(config, batches: np.ndarray) -> np.ndarray:
     """One process, SGD on the concatenation of the workers' batches each
-    round; batches[r, i] = samples of worker i in round r."""
+    round; batches[r, i] = samples of worker i in round r (from the global
+    stream, or from each worker's shard under `budget: per-worker`)."""
     data = load_dataset(config)
     torch.manual_seed(config.seed)
     model = build_model(config.model, data.input_shape, data.num_classes)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     workers = batches.shape[1]
     shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
+    stream, position = GlobalStream(data.x_train, data.y_train, config.seed), 0
     for sizes in batches:
-        parts = [shard.next_batch(int(n)) for shard, n in zip(shards, sizes)]
+        if config.budget == "global":
+            # a round's claims are the next sum(sizes) samples of the stream, in
+            # some order: the mean over their concatenation does not depend on it
+            parts = [stream.batch(position, int(sizes.sum()))]
+            position += int(sizes.sum())
+        else:
+            parts = [shard.next_batch(int(n)) for shard, n in zip(shards, sizes)]
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(torch.cat([p[0] for p in parts])),
                                                  torch.cat([p[1] for p in parts]))

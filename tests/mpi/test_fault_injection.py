@@ -74,7 +74,8 @@ def _wait_for(condition, what: str, timeout: float = 120):
 
 def test_usr1_during_start_up_checkpoints_exits_3_and_resumes(tmp_path):
     run = tmp_path / "run"
-    p = _start(3, run, "--iterations", "30", "--stall-timeout", "60", tag=f"usr1-{os.getpid()}")
+    p = _start(3, run, "--iterations", "30", "--budget", "per-worker", "--stall-timeout", "60",
+               tag=f"usr1-{os.getpid()}")
     lines = _lines(p)
     try:
         ranks = _wait_for(lambda: (r := _ranks(f"usr1-{os.getpid()}")) and len(r) == 3
@@ -92,7 +93,7 @@ def test_usr1_during_start_up_checkpoints_exits_3_and_resumes(tmp_path):
     assert len(checkpoint_files(str(run))) == 1
     assert RunLog(str(run)).status == "preempted"
     assert ranks  # (the ranks existed when the signal went)
-    job = train(3, run, "--iterations", "30")   # started again: goes on from the checkpoint
+    job = train(3, run, "--iterations", "30", "--budget", "per-worker")   # again: goes on from the checkpoint
     assert "resuming from" in job.output
     whole = job.log.completeness()
     assert whole["complete"], whole["reason"]
@@ -161,8 +162,8 @@ def _initial_params() -> np.ndarray:
 def test_a_run_whose_pushes_are_all_rejected_fails_without_moving_the_parameters(tmp_path):
     nan_at = ",".join(f"{w}:{i}" for w in range(2) for i in range(6))
     # momentum and weight decay would move the parameters with a zero gradient
-    job = train(3, tmp_path / "run", "--paradigm", "bsp", "--iterations", "6", "--nan-at", nan_at,
-                "--weight-decay", "0.1", check=False)
+    job = train(3, tmp_path / "run", "--paradigm", "bsp", "--iterations", "6", "--budget", "per-worker",
+                "--nan-at", nan_at, "--weight-decay", "0.1", check=False)
     assert job.returncode == 1, job.output[-3000:]
     errors = [line for line in job.output.splitlines() if line.startswith("mpips: error:")]
     assert len(errors) == 1 and "all 12 pushes were rejected" in errors[0], job.output[-3000:]
@@ -178,8 +179,8 @@ def test_a_run_whose_pushes_are_all_rejected_fails_without_moving_the_parameters
 
 def test_no_step_without_a_gradient_when_some_pushes_are_rejected(tmp_path):
     # BSP with one worker: one push per step; pushes 2 and 3 rejected
-    job = train(2, tmp_path / "run", "--paradigm", "bsp", "--iterations", "8", "--nan-at", "0:2,0:3",
-                "--weight-decay", "0.1")
+    job = train(2, tmp_path / "run", "--paradigm", "bsp", "--iterations", "8", "--budget", "per-worker",
+                "--nan-at", "0:2,0:3", "--weight-decay", "0.1")
     assert "2 of 8 pushes were rejected" in job.output
     log = job.log
     assert log.summary()["updates"] == 6 and len(log.applies) == 6
@@ -190,7 +191,7 @@ def test_no_step_without_a_gradient_when_some_pushes_are_rejected(tmp_path):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """One small finished run, copied by each test that damages it."""
-    return train(3, tmp_path_factory.mktemp("fin") / "run", "--iterations", "40",
+    return train(3, tmp_path_factory.mktemp("fin") / "run", "--iterations", "40", "--budget", "per-worker",
                  "--log-flush-seconds", "0.2").run_dir
 
 
@@ -236,3 +237,10 @@ def test_a_whole_run_is_complete(finished_run):
     s = json.loads(p.stdout)
     assert s["complete"] is True and s["reason"] == ""
     assert s["iterations_promised"] == 40 and s["iterations_logged"] == {"0": 40, "1": 40}
+
+
+def test_a_whole_run_under_the_global_budget_is_complete(tmp_path):
+    run = train(3, tmp_path / "run", "--iterations", "20", "--budget", "global").run_dir
+    s = json.loads(_info(run, "--json").stdout)
+    assert s["complete"] is True and s["reason"] == ""
+    assert s["samples_promised"] == s["samples_logged"] == 20 * 2 * 16

@@ -79,7 +79,8 @@ CASES = [  # (id, flags, the field the line names, what it says is allowed)
      "synthetic_samples", "10000000"),
     ("boolean batch size in YAML", ["--config", "{shared}/bool.yaml"], "batch_size", "not a boolean"),
     ("more groups than workers", ["--paradigm", "gssp", "--groups", "9"], "groups", "at most 1"),
-    ("batch beyond a worker's share of an epoch", ["--batch-size", "500"], "batch_size", "must be <= 479"),
+    ("batch beyond a worker's share of an epoch", ["--budget", "per-worker", "--batch-size", "500"],
+     "batch_size", "must be <= 479"),
 ]
 
 
