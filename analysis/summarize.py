@@ -194,7 +194,7 @@ def main(argv=None) -> int:
         print(f"summarize: {e}", file=sys.stderr)
         return 2
     unfinished = [r["run"] for r in table if r["status"] != "finished"]
-    damaged = [f"{r['run']}: {r['damage']}" for r in table if r["damage"]]
+    damaged = [f"{r['run']}: {r['damage']}" for r in table if r.get("damage")]
     if args.mean:
         table = mean_rows(table)
     if args.columns:
