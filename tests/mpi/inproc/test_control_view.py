@@ -51,3 +51,37 @@ def test_view_of_a_written_table(servers):
     assert [view.clock(j) for j in range(WORKERS)] == [10, 11, 12]
     comm.Barrier()
     table.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_stall_messages_name_the_server_that_holds_pushes_back():
+    """A gate waits on applied counts: for pushes made and not applied the
+    message names the server (world rank) that has not applied them, not
+    the worker that made them (issue 16: "waiting for worker 1 = rank 2")."""
+    from types import SimpleNamespace
+
+    from mpi4py import MPI
+
+    from mpips.context import Context
+    from mpips.layout import Layout
+
+    comm = MPI.COMM_WORLD
+    table = ControlTable(comm, 0, workers=2, servers=2)
+    if comm.Get_rank() == 0:
+        for j, (clock, rejected) in enumerate([(5, 0), (3, 1)]):
+            row = np.zeros(W.EXTRA3 + 1)
+            row[W.CLOCK], row[W.REJECTED] = clock, rejected
+            table.write(table.worker_offset(j), row)
+        for s, applied in enumerate([[5, 3], [4, 3]]):   # server 1 has not applied worker 0's 5th push
+            row = np.zeros(len(S) + 2)
+            row[len(S):] = applied
+            table.write(table.server_offset(s), row)
+    comm.Barrier()
+    ctx = SimpleNamespace(control=table, layout=Layout(servers=2, group_servers=0, workers=2),
+                          clients="worker", client_ranks=(), servers="server", server_ranks=())
+    assert Context.describe_workers(ctx, [0, 1]) == (
+        "worker 1 = rank 3 (clock 3); server 1 = rank 1 (applied 4 of 5 pushes of worker 0)")
+    assert Context.describe_workers(ctx, [0]) == "server 1 = rank 1 (applied 4 of 5 pushes of worker 0)"
+    np.testing.assert_array_equal(table.view(table.read(), now=0.0).rejected, [0, 1])
+    comm.Barrier()
+    table.free()
