@@ -119,8 +119,10 @@ def write_run_header(run_dir: str, *, config: dict, layout: dict, versions: dict
         f.attrs["segments"] = segment + 1
         if segment == 0:
             f.attrs["started"] = time.time()
-        elif "status" in f.attrs:
-            del f.attrs["status"]   # running again
+        else:
+            for name in ("status", "status_reason"):   # running again
+                if name in f.attrs:
+                    del f.attrs[name]
         for r in ranks:
             name = os.path.basename(rank_file(run_dir, r, segment))
             link = f"ranks/{name[:-3]}"
