@@ -107,7 +107,8 @@ class Server:
         # A rejected push (NaN/Inf) ticks the clock and sends nothing: if they
         # are all that arrived since the last step, there is no gradient.
         rejected = view.rejected.copy()
-        if new <= int(np.maximum(rejected - self.rejected, 0).sum()):
+        fresh_rejected = int(np.maximum(rejected - self.rejected, 0).sum())
+        if fresh_rejected and new <= fresh_rejected:
             self.skip(target, rejected, new)
             return
         self.rejected = rejected
