@@ -26,8 +26,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 
 demo: install
 	rm -rf runs/demo
-	$(MPIEXEC) -n 5 $(PY) -m mpips train --paradigm ssp --staleness 3 --slowdown 1,1,2,4 \
-		--epochs 10 --lr-schedule cosine --run-dir runs/demo
+	$(MPIEXEC) -n 6 $(PY) -m mpips train --paradigm ssp --staleness 3 --slowdown 1,1,2,4 \
+		--device-time 10ms --evaluator --epochs 10 --lr-schedule cosine --run-dir runs/demo
 	$(PY) -m mpips info runs/demo
 	$(PY) analysis/plot.py runs/demo -o runs/demo/figures
 

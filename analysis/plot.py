@@ -42,7 +42,7 @@ DPI = 110
 PARADIGM_COLOURS = dict(zip(PARADIGMS, plt.get_cmap("tab10").colors))
 # Timeline segments in the order an iteration runs them.
 SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
-            ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated slowdown"),
+            ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated device time (sleep)"),
             ("push", "#ff7f0e", "push")]
 # Events the timeline shows (stragglers) or the runtime logs in any run (checkpoints,
 # segments, rejected pushes): alone they do not make a dynamics figure worth drawing.

@@ -49,15 +49,16 @@ def default_setups() -> list[str]:
 
 
 def ranks(paradigm: str) -> int:
-    """Servers + workers, + one group server per group under GSSP."""
-    return SERVERS + WORKERS + (Config().groups if paradigm == "gssp" else 0)
+    """Servers + workers + the evaluator, + one group server per group under GSSP."""
+    return SERVERS + WORKERS + 1 + (Config().groups if paradigm == "gssp" else 0)
 
 
 def train_flags(args, cluster: str, seed: int) -> list[str]:
     data_dir = ["--data-dir", args.data_dir] if args.data_dir else []
     return ["--servers", str(SERVERS), "--model", args.model, "--dataset", args.dataset, *data_dir,
             "--epochs", str(args.epochs), "--lr", str(args.lr), "--batch-size", str(args.batch_size),
-            "--eval-every", str(args.eval_every), "--seed", str(seed), *CLUSTERS[cluster]]
+            "--eval-every", str(args.eval_every), "--seed", str(seed), "--evaluator",
+            "--device-time", args.device_time, *CLUSTERS[cluster]]
 
 
 def failure_reason(output: str) -> str:
@@ -115,6 +116,8 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--eval-every", type=float, default=0.25, help="epochs between evaluations")
+    p.add_argument("--device-time", default="20ms", help="emulated device time of an iteration "
+                   "(mpips/hetero.py): the cluster, not this machine's contention, sets the times")
     p.add_argument("--target", type=float, default=0.9, help="accuracy of the time-to-target column")
     p.add_argument("--runs", default="runs/compare", help="where the run directories go")
     p.add_argument("--name", default="paradigms", help="results/<name>.md|json and results/<name>/")

@@ -88,6 +88,14 @@ class Context:
                   for s, what in sorted(lagging.items())]
         return "; ".join(parts) if parts else "nothing (condition not met)"
 
+    @property
+    def epochs(self) -> float:
+        """The run's length in epochs (a cosine schedule's end): the global
+        budget's samples over the training set, or the iterations' epochs."""
+        if self.total_samples:
+            return self.total_samples / (self.iterations_per_epoch * self.paradigm.round_samples())
+        return self.iterations / self.iterations_per_epoch
+
     def epochs_of(self, pushes: int) -> float:
         return pushes / (self.epoch_pushes or self.layout.workers * self.iterations_per_epoch)
 

@@ -18,7 +18,7 @@ class Server:
         self.ctx = ctx
         self.s = ctx.index
         self.opt = ServerOptimizer(ctx.config, ctx.store.shard,
-                                   total_epochs=ctx.iterations / ctx.iterations_per_epoch)
+                                   total_epochs=ctx.epochs)
         self.grad = np.zeros_like(ctx.store.shard)
         self.consumed = np.zeros(ctx.control.workers, dtype=np.int64)  # per row of the table
         self.rejected = np.zeros(ctx.control.workers, dtype=np.int64)  # of those, rejected (sent nothing)
