@@ -11,9 +11,11 @@ last push, it exchanges with the global servers and waits for nothing:
   compressed when configured) as the gradient -delta; the global servers'
   optimizer is SGD with learning rate 1 and nothing else, so whenever it
   arrives the global parameters move by +delta;
-- when its row shows every earlier delta applied, it pulls the global
-  parameters and continues from them (plus what they do not hold yet);
-  otherwise it keeps its own copy until the next exchange.
+- it pushes into its own slot on the global servers, which holds one delta:
+  it first waits until they took the previous one (they apply whatever
+  arrived, so this is short), and then, with every earlier delta applied,
+  pulls the global parameters and continues from them (plus what they do
+  not hold yet). `synced` is still checked and logged.
 
 Pushes landing in its gradient window meanwhile wait there for its next step.
 
@@ -128,6 +130,8 @@ class GroupServer(Server):
     def exchange(self, *, final: bool) -> None:
         ctx, up = self.ctx, self.up
         t = time.perf_counter()
+        # its slot on the global servers holds one delta: the previous one taken first
+        up.wait_for_slot(self.g, self.forwarded)
         snap = up.control.read()
         rank = self._update_speed_rank(up.control.worker_rows(snap)[:, EPOCH_TIME])
         epochs = self.pushes // ctx.epoch_pushes
@@ -144,12 +148,13 @@ class GroupServer(Server):
         if synced:
             up.store.pull(self.pulled)
         payload = self.delta.take(flush=flush)
+        slot = {"row": self.g, "number": self.forwarded + self.since}   # the row's CLOCK after it
         if isinstance(payload, SparseGrad):
-            up.store.push_sparse(payload.indices, -payload.values)
+            up.store.push_sparse(payload.indices, -payload.values, **slot)
             sent = payload.nbytes
         else:
             np.negative(payload, out=self.neg)
-            up.store.push(self.neg)
+            up.store.push(self.neg, **slot)
             sent = 4 * payload.size
         self.delta.rebase(self.pulled if synced else None)
         if synced:

@@ -97,13 +97,13 @@ class Server:
                               coordinator=self.s == 0)
 
     def apply(self, view, waited: float) -> None:
-        """Take every gradient counted in `view` (and maybe parts of later
-        ones, which a later take then does not see again) and step once."""
+        """Take every push counted in `view` (each client's slot holds at
+        most one, summed in client order) and step once."""
         ctx = self.ctx
         t = time.perf_counter()
         target = view.clocks.copy()
         new = int((target - self.consumed).sum())
-        ctx.store.take_gradient(self.grad)
+        ctx.store.take_gradient(self.grad, target, self.consumed)
         lr = ctx.paradigm.server_lr(self.opt.scheduled_lr(ctx.epochs_of(self.pushes)), view)
         momentum = ctx.paradigm.server_momentum(self.ctx.config.momentum, view)
         if momentum is not None:

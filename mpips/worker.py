@@ -178,9 +178,13 @@ class Worker:
         return float(loss.detach()), time.perf_counter() - t
 
     def _send(self, grad: np.ndarray, *, epoch_end: bool) -> int:
-        """Push `grad`, compressed if configured; returns the payload bytes."""
+        """Push `grad`, compressed if configured, into this worker's slot on
+        the servers, once they took its earlier pushes; returns the payload bytes."""
+        ctx = self.ctx
+        ctx.wait_for_slot(self.i, self.clock)
+        slot = {"row": self.i, "number": self.clock + 1}   # the clock that will count it
         if self.compressor is None:
-            self.ctx.store.push(grad)
+            ctx.store.push(grad, **slot)
             return self.dense_bytes
         payload = self.compressor.compress(grad)
         if epoch_end:
@@ -188,9 +192,9 @@ class Worker:
             payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
             payload = payload + self.compressor.flush()
         if isinstance(payload, np.ndarray):
-            self.ctx.store.push(payload)
+            ctx.store.push(payload, **slot)
             return self.dense_bytes
-        self.ctx.store.push_sparse(payload.indices, payload.values)
+        ctx.store.push_sparse(payload.indices, payload.values, **slot)
         return int(payload.nbytes)
 
     def _distance_moved(self) -> float:

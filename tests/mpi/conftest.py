@@ -58,20 +58,104 @@ def run_dir(tmp_path):
     return tmp_path / "run"
 
 
-def uneven_sgd_oracle(config, batches: np.ndarray) -> np.ndarray:
+def uneven_sgd_oracle(config, batches: np.ndarray, dtype=torch.float32) -> np.ndarray:
     """One process, SGD on the concatenation of the workers' batches each
-    round; batches[r, i] = samples of worker i in round r."""
+    round; batches[r, i] = samples of worker i in round r. The paradigms'
+    definition of a BSP round (PARADIGMS.md), computed in `dtype`."""
     data = load_dataset(config)
     torch.manual_seed(config.seed)
-    model = build_model(config.model, data.input_shape, data.num_classes)
+    model = build_model(config.model, data.input_shape, data.num_classes).to(dtype)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     workers = batches.shape[1]
     shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
     for sizes in batches:
         parts = [shard.next_batch(int(n)) for shard, n in zip(shards, sizes)]
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(torch.cat([p[0] for p in parts])),
+        loss = torch.nn.functional.cross_entropy(model(torch.cat([p[0] for p in parts]).to(dtype)),
                                                  torch.cat([p[1] for p in parts]))
         loss.backward()
         opt.step()
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().double().numpy()
+
+
+def replayed_rounds(config, batches: np.ndarray) -> np.ndarray:
+    """A BSP/LB-BSP run's parameters, computed in one process the way the
+    runtime computes them: each worker's gradient on its own batch (the
+    workers' code path, one torch thread), scaled by b_i / X (BSP: 1/W) in
+    float32, summed in worker order as the servers sum their slots, and
+    applied with the servers' optimizer. With the order of every float
+    operation fixed, a real run must give these parameters bit for bit."""
+    from mpips.flatmodel import FlatModel
+    from mpips.optim import ServerOptimizer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # as every rank (--torch-threads 1)
+    try:
+        data = load_dataset(config)
+        torch.manual_seed(config.seed)
+        flat = FlatModel(build_model(config.model, data.input_shape, data.num_classes))
+        workers = batches.shape[1]
+        shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
+        w = flat.flat_copy()
+        opt = ServerOptimizer(config, w)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        total = np.empty_like(w)
+        for sizes in batches:
+            X = int(sizes.sum())
+            for i, (shard, b) in enumerate(zip(shards, sizes)):
+                flat.host_params[:] = w
+                x, y = shard.next_batch(int(b))
+                flat.zero_grad()
+                loss_fn(flat.model(x), y).backward()
+                flat.check_grad_views()
+                grad = flat.host_grads
+                scale = int(b) / X           # the paradigms' push scale (BSP: 1/W)
+                if scale != 1.0:
+                    grad *= scale
+                if i == 0:
+                    np.copyto(total, grad)
+                else:
+                    total += grad
+            opt.step(total, config.lr)
+        return w
+    finally:
+        torch.set_num_threads(threads)
+
+
+def one_round_float_bound(config, batches: np.ndarray) -> np.ndarray:
+    """Per parameter, an upper bound, from float analysis, of how far one round of the
+    float32 runtime (replayed_rounds) may land from the exact SGD step on
+    the concatenated batch, both from the same initial parameters.
+
+    First-order rounding analysis (Higham, Accuracy and Stability, 3.1 and
+    4.2): every float32 operation has relative error <= u = 2**-24. A
+    gradient entry is a sum over the N samples of per-sample terms g_s, each
+    the end of a chain of dot products (forward over each layer's fan-in,
+    backward over its fan-out) and a few element-wise operations; a
+    computed sum of n terms is off by at most gamma_n * sum |terms|, gamma_n
+    = n u / (1 - n u). With n = N + every layer's fan-in and fan-out + 16
+    (softmax, loss, scaling, the optimizer's multiply-adds), the computed
+    gradient is within gamma_n * (1/N) sum_s |g_s| of the exact one, per
+    entry, and the step moves it by lr times that, plus u |w_1| for
+    rounding the new parameters. The per-sample |g_s| are computed in
+    float64. Nothing here comes from observing runs.
+    """
+    data = load_dataset(config)
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, data.input_shape, data.num_classes).double()
+    workers = batches.shape[1]
+    shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
+    parts = [shard.next_batch(int(n)) for shard, n in zip(shards, batches[0])]
+    x, y = torch.cat([p[0] for p in parts]).double(), torch.cat([p[1] for p in parts])
+    N = len(y)
+    abs_sum = torch.zeros(sum(p.numel() for p in model.parameters()), dtype=torch.float64)
+    for s in range(N):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[s:s + 1]), y[s:s + 1]).backward()
+        abs_sum += torch.cat([p.grad.reshape(-1) for p in model.parameters()]).abs()
+    chain = sum(sum(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear))
+    n = N + chain + 16
+    u = 2.0 ** -24
+    gamma = n * u / (1 - n * u)
+    w1 = uneven_sgd_oracle(config, batches[:1], torch.float64)
+    return config.lr * gamma * abs_sum.numpy() / N + u * np.abs(w1)

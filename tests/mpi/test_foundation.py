@@ -1,31 +1,61 @@
-"""The foundation under real MPI: BSP's oracle, SSP's bound, ASP, accuracy, no hangs."""
+"""The foundation under real MPI: BSP bit for bit, SSP's bound, ASP, accuracy, no hangs."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from conftest import train, uneven_sgd_oracle
+import torch
+
+from conftest import one_round_float_bound, replayed_rounds, train, uneven_sgd_oracle
 from mpips.config import load
 
 
-def sgd_oracle(config, workers: int, rounds: int) -> np.ndarray:
-    """One process, SGD on the concatenation of the workers' equal batches each round."""
-    return uneven_sgd_oracle(config, np.full((rounds, workers), config.batch_size))
+BSP_FLAGS = ["--paradigm", "bsp", "--batch-size", "16", "--iterations", "20", "--lr", "0.1",
+             "--momentum", "0.9", "--seed", "3"]
+
+
+def bsp_config():
+    return load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3})
+
+
+@pytest.fixture(scope="module")
+def bsp_expected():
+    """What 20 BSP rounds of 4 workers must give, bit for bit (conftest.replayed_rounds)."""
+    return replayed_rounds(bsp_config(), np.full((20, 4), 16))
 
 
 @pytest.mark.parametrize("servers", [1, 2])
-def test_bsp_equals_single_process_sgd(tmp_path, servers):
-    flags = ["--paradigm", "bsp", "--servers", str(servers), "--batch-size", "16",
-             "--iterations", "20", "--lr", "0.1", "--momentum", "0.9", "--seed", "3"]
-    job = train(servers + 4, tmp_path / "run", *flags)
-    got = job.log.final_params()
-    expected = sgd_oracle(load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3}), 4, 20)
-    assert got.shape == expected.shape
-    diff = np.abs(got - expected).max()
-    assert diff < 1e-5, f"BSP differs from single-process SGD by {diff}"
-    # and it really trained: the parameters moved far more than the tolerance
-    initial = sgd_oracle(load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3}), 4, 0)
-    assert np.abs(got - initial).max() > 1000 * 1e-5
+def test_bsp_gives_the_replayed_parameters_bit_for_bit(tmp_path, servers, bsp_expected):
+    # Servers sum the workers' slots in worker order: the arrival order (here
+    # made different by the slowdowns) changes nothing, and nor does sharding.
+    job = train(servers + 4, tmp_path / "run", *BSP_FLAGS, "--servers", str(servers),
+                "--slowdown", "1,1,2,4" if servers == 1 else "4,2,1,1")
+    np.testing.assert_array_equal(job.log.final_params(), bsp_expected)
+    # and it really trained
+    initial = replayed_rounds(bsp_config(), np.full((0, 4), 16))
+    assert np.abs(bsp_expected - initial).max() > 0.01
+
+
+def test_two_bsp_runs_with_two_servers_are_bit_identical(tmp_path):
+    params = [train(6, tmp_path / f"run{k}", *BSP_FLAGS, "--servers", "2",
+                    "--slowdown", slow).log.final_params() for k, slow in enumerate(["1,2,1,3", "3,1,2,1"])]
+    np.testing.assert_array_equal(params[0], params[1])
+
+
+@pytest.mark.parametrize("batch", [(16, 16, 16, 16), (100, 60, 30, 66)])
+def test_a_replayed_round_is_sgd_on_the_concatenated_batch(batch):
+    """The replay (what the runtime computes) against PARADIGMS.md's
+    definition of a round, exact SGD on all W batches at once (float64):
+    within a bound derived from float32 rounding (conftest.one_round_float_bound)."""
+    config = bsp_config()
+    batches = np.array([batch])
+    got = replayed_rounds(config, batches)
+    exact = uneven_sgd_oracle(config, batches, torch.float64)
+    bound = one_round_float_bound(config, batches)
+    excess = np.abs(got - exact) - bound
+    assert excess.max() <= 0, f"{(excess > 0).sum()} parameters beyond the float bound"
+    initial = replayed_rounds(config, np.zeros((0, 4), np.int64))
+    assert (np.abs(exact - initial) > 10 * bound).mean() > 0.5   # the step dwarfs the bound
 
 
 @pytest.fixture(scope="module")
