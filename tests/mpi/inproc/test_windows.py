@@ -138,8 +138,6 @@ def test_a_counted_push_never_written_adds_nothing():
         clocks[0] = 2   # push 2 rejected: counted, never written
         assert store.take_gradient(out, clocks, clocks - 1 + (np.arange(workers) != 0)) == 0
         assert not out.any()
-        with pytest.raises(RuntimeError, match="pending in one slot"):
-            store.take_gradient(out, np.full(workers, 3), np.full(workers, 1))
     comm.Barrier()
     store.free()
 
