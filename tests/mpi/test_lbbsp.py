@@ -41,7 +41,7 @@ def test_uneven_rounds_give_the_replayed_parameters_bit_for_bit(tmp_path):
     # lasts (conftest.replayed_rounds; that a replayed round is SGD on the
     # concatenated batch: test_foundation.py).
     log = train(5, tmp_path / "run", "--paradigm", "lbbsp", "--global-batch", "256",
-                "--slowdown", SLOW, "--iterations", "100", "--lr", "0.1", "--eval-every", "1000").log
+                "--slowdown", SLOW, "--iterations", "30", "--lr", "0.1", "--eval-every", "1000").log
     batches = per_round(log, "batch").astype(np.int64)
     assert (batches.sum(axis=1) == 256).all()
     assert len(set(map(tuple, batches))) > 5, "the split never changed"
