@@ -362,7 +362,9 @@ def _per_worker(log, column: str, title: str, ylabel: str, *, lines: bool = Fals
 
 
 def _batch_sizes(log, events):
-    if not _varies(log.iterations["batch"].astype(float)):
+    it = log.iterations
+    # a global budget's last claim may be cut short: that is no decision
+    if not _varies(it["batch"][~_last_of_each_worker(it)].astype(float)):
         return []
     return _per_worker(log, "batch", "batch size per worker", "samples", lines=True)
 
@@ -426,6 +428,14 @@ def _gssp_exchanges(log, events):
     if np.isfinite(exchanges["ratio"]).any():
         panels.append(("GDTopK: upload ratio and bytes of each exchange", draw_ratio))
     return panels
+
+
+def _last_of_each_worker(it) -> np.ndarray:
+    last = np.zeros(len(it), dtype=bool)
+    for w in np.unique(it["worker"]):
+        rows = np.flatnonzero(it["worker"] == w)
+        last[rows[np.argmax(it["iteration"][rows])]] = True
+    return last
 
 
 PANELS = [_dssp_controller, _sync_mode, _server_optimizer, _batch_sizes, _lr_scales, _value_staleness,

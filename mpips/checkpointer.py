@@ -203,14 +203,15 @@ class Checkpointer:
                 return total
             stop()
 
-    def halt(self, ctx, role_state, *, ack: int, coordinator: bool = False, group=None) -> None:
+    def halt(self, ctx, role_state, *, ack: int | None, coordinator: bool = False, group=None) -> None:
         """Stop here for the checkpoint asked for: acknowledge in this rank's
         row (offset `ack`), wait for GO, save `role_state()`. Returns when the
         run goes on; raises Preempted when it ends here. `group`: a GSSP group
         server's group level, whose workers wait for GO in their own table."""
         control = ctx.control
         n = int(control.read()[G.CHECKPOINT])
-        control.write(ack, [n])
+        if ack is not None:   # (the evaluator rank: nobody waits for it to stop)
+            control.write(ack, [n])
         if coordinator:
             def stopped():
                 rows = control.server_rows(control.read())

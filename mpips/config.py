@@ -23,6 +23,7 @@ PREDICTORS = ("ewma", "narx")
 VSGD_GATES = ("ssp", "asp")
 VALUE_MEASURES = ("exact", "bound")
 VSGD_RULES = ("max", "linear")
+BUDGETS = ("global", "per-worker")
 
 
 class ConfigError(ValueError):
@@ -50,8 +51,14 @@ class Config:
     data_dir: str = _f("", "directory with MNIST IDX files or CIFAR-10 python batches")
     model: str = _f("mlp", "mlp, lenet5, resnet, or package.module:function")
     device: str = _f("cpu", "where workers compute", DEVICES)
-    epochs: float = _f(5.0, "passes over each worker's shard")
-    iterations: int = _f(0, "iterations per worker; overrides epochs when > 0")
+    epochs: float = _f(5.0, "passes over the training set (budget global: by all workers together; "
+                            "per-worker: over each worker's shard)")
+    iterations: int = _f(0, "iterations per worker (budget global: workers x iterations x batch-size "
+                            "samples in all); overrides epochs when > 0")
+    budget: str = _f("global", "global: workers claim batches from one shared sample budget, so a fast "
+                               "worker does more iterations; per-worker: every worker the same iterations",
+                     BUDGETS)
+    time_limit: float = _f(0.0, "also end training after this many seconds (0 = no limit)")
     batch_size: int = _f(16, "samples per worker per iteration")
     test_fraction: float = _f(0.2, "held-out fraction for evaluation")
     synthetic_samples: int = _f(4096, "samples of the synthetic dataset")
@@ -97,9 +104,14 @@ class Config:
     slowdown: str = _f("", "persistent slowdown factor per worker, e.g. 1,1,2,4")
     straggler: str = _f("", "transient stragglers: worker:start_iter:iters:factor[,...]")
     random_stragglers: str = _f("", "random stragglers: rate:mean_iters:factor (per worker iteration)")
+    device_time: str = _f("", "emulated device time of one iteration, times the slowdown factor: "
+                              "'20ms' (at batch-size, linear in the batch) or 'a=2ms,c=1ms,p=0.8' "
+                              "(a + c*b**p seconds); the worker sleeps out what compute leaves")
     # runtime -----------------------------------------------------------------
     run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
     eval_every: float = _f(1.0, "evaluate every this many epochs of updates")
+    evaluator: bool = _f(False, "evaluate on one extra rank (after the workers) that reads the "
+                                "parameters without stopping anyone; off: server 0 evaluates inline")
     checkpoint_every: float = _f(0.0, "also checkpoint every this many seconds of training "
                                       "(0 = only on SIGUSR1, the preemption signal)")
     log_flush_seconds: float = _f(2.0, "flush the run log at least this often")
@@ -156,6 +168,8 @@ class Config:
             raise ConfigError("weight_decay", self.weight_decay, "must be >= 0")
         if not isinstance(self.checkpoint_every, (int, float)) or not self.checkpoint_every >= 0:
             raise ConfigError("checkpoint_every", self.checkpoint_every, "must be a number >= 0 (seconds; 0 = off)")
+        if not isinstance(self.time_limit, (int, float)) or not self.time_limit >= 0:
+            raise ConfigError("time_limit", self.time_limit, "must be a number >= 0 (seconds; 0 = none)")
         if self.vsgd_lambda < 0:
             raise ConfigError("vsgd_lambda", self.vsgd_lambda, "must be >= 0")
         if self.dataset in ("mnist", "cifar10"):
@@ -165,6 +179,7 @@ class Config:
             if not os.path.isdir(self.data_dir):
                 raise ConfigError("data_dir", self.data_dir, "no such directory")
         self.slowdown_factors()  # parse now so errors surface before MPI work
+        self.device_time_model()
 
     def slowdown_factors(self) -> list[float]:
         """Per-worker persistent slowdown factors ([] = none)."""
@@ -178,6 +193,12 @@ class Config:
         if any(not math.isfinite(x) or x < 1 for x in factors):
             raise ConfigError("slowdown", self.slowdown, "every factor must be >= 1")
         return factors
+
+    def device_time_model(self):
+        """The parsed `device_time` (hetero.DeviceTime), or None."""
+        from .hetero import parse_device_time
+
+        return parse_device_time(self.device_time, self.batch_size)
 
     def with_workers(self, workers: int) -> "Config":
         return dataclasses.replace(self, workers=workers)

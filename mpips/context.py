@@ -31,8 +31,8 @@ class Context:
     control: ControlTable
     log: RankLog
     paradigm: Paradigm
-    iterations: int              # iterations per worker
-    iterations_per_epoch: int
+    iterations: int              # iterations per worker (global budget: rounds of every worker's batch)
+    iterations_per_epoch: float  # of one worker (global budget: N / samples of a round, not rounded)
     num_params: int
     # GSSP gives a role one context per level of servers; the rows of `control`
     # are then the group's workers, or (global level) the group servers.
@@ -40,6 +40,8 @@ class Context:
     clients: str = "worker"          # what writes the rows of `control`
     client_ranks: tuple[int, ...] = ()   # their world ranks; () = the workers'
     checkpointer: Any = None         # this rank's part in checkpoints (mpips/checkpointer.py)
+    total_samples: int = 0           # the global budget (mpips/budget.py); 0 under a per-worker one
+    budget_table: Any = None         # the ControlTable whose CLAIMED slot counts claims (the global one)
 
     def now(self) -> float:
         return time.time() - self.t0

@@ -357,6 +357,45 @@ class WorkerShard:
         return torch.from_numpy(rng.permutation(len(self)))
 
 
+class GlobalStream:
+    """The training set as one stream of samples under a global budget:
+    position k is sample perm_e[k mod N] of epoch e = k div N, perm_e a
+    permutation seeded by (seed, e). Workers claim consecutive slices of the
+    stream (mpips/budget.py), so each sample is used once per epoch whoever
+    claims it, and any slice is a pure function of its position."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, seed: int):
+        if len(x) != len(y):
+            raise ValueError(f"{len(x)} samples but {len(y)} labels")
+        self.x, self.y, self.seed = x, y, seed
+        self._orders: dict[int, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def order(self, epoch: int) -> torch.Tensor:
+        """Sample indices of `epoch` in stream order (the last two are kept)."""
+        if epoch not in self._orders:
+            rng = np.random.default_rng(_entropy(self.seed, 0x5EED, epoch))
+            self._orders = {e: o for e, o in self._orders.items() if e == epoch - 1}
+            self._orders[epoch] = torch.from_numpy(rng.permutation(len(self)))
+        return self._orders[epoch]
+
+    def indices(self, start: int, n: int) -> torch.Tensor:
+        """Sample indices of stream positions start .. start+n-1."""
+        pieces, k, end = [], start, start + n
+        while k < end:
+            epoch, pos = divmod(k, len(self))
+            take = min(end - k, len(self) - pos)
+            pieces.append(self.order(epoch)[pos:pos + take])
+            k += take
+        return torch.cat(pieces)
+
+    def batch(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = self.indices(start, n)
+        return self.x[rows], self.y[rows]
+
+
 def _entropy(*values: int) -> list[int]:
     # numpy seeds must be non-negative; wrapping keeps negative seeds distinct.
     return [int(v) % (1 << 64) for v in values]

@@ -69,6 +69,7 @@ class GroupServer(Server):
         self.exchanges = 0
         self.flushed_epochs = 0     # group epochs whose end flushed the residual
         self.exchange_times = [0.0, 0.0]
+        self.sent_final = False
 
     def start(self) -> None:
         """Before the clock starts: the group's speed rank for its workers,
@@ -81,6 +82,10 @@ class GroupServer(Server):
         relaying checkpoints for the group's done workers."""
         up, checkpoints = self.up, self.ctx.checkpointer
         self.serve()
+        if not self.sent_final:
+            # the members' done flags came after their last push (a global
+            # budget's worker learns it is done at a claim): the last exchange
+            self.exchange(final=True)
 
         def stop():
             checkpoints.relay(up, self.ctx)
@@ -148,7 +153,10 @@ class GroupServer(Server):
         if synced:
             up.store.pull(self.pulled)
         payload = self.delta.take(flush=flush)
-        slot = {"row": self.g, "number": self.forwarded + self.since}   # the row's CLOCK after it
+        # A final exchange with no new worker push carries only the compressor's
+        # residual: it counts as one forwarded push, so the global servers apply it.
+        counted = self.since or int(final and compressor is not None)
+        slot = {"row": self.g, "number": self.forwarded + counted}   # the row's CLOCK after it
         if isinstance(payload, SparseGrad):
             up.store.push_sparse(payload.indices, -payload.values, **slot)
             sent = payload.nbytes
@@ -160,7 +168,8 @@ class GroupServer(Server):
         if synced:
             ctx.store.publish()
         pushes, self.since = self.since, 0
-        self.forwarded += pushes
+        self.forwarded += counted
+        self.sent_final = final
         self.exchanges += 1
         duration = time.perf_counter() - t
         self.publish_up(done=final, duration=duration, pushes=pushes)

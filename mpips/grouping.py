@@ -152,7 +152,7 @@ class GroupSpeed:
         from .compress import EpochTimeEMA
 
         self.members = [int(j) for j in members]
-        self.ipe = int(iterations_per_epoch)
+        self.ipe = max(1, int(iterations_per_epoch))   # a float under a global budget
         self.ema = EpochTimeEMA()
         self.epochs = dict.fromkeys(self.members, 0)    # epochs seen complete
         self.ends = dict.fromkeys(self.members, 0.0)    # time the last of them ended

@@ -28,13 +28,14 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from .budget import ShardBudget
 from .compress import speed_ranks
 from .context import Context
 from .data import WorkerShard
 from .flatmodel import FlatModel
 from .group_server import GroupServer
 from .grouping import GroupSpeed, make_groups
-from .layout import GROUP_SERVER, SERVER, WORKER
+from .layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
 from .windows import W, ControlTable, ParameterStore
 from .worker import Worker
 
@@ -62,7 +63,7 @@ def run_gssp(ctx: Context, flat: FlatModel, data) -> None:
                       group_times=group_times, speed_ranks=ranks,
                       group_servers=layout.group_server_ranks,
                       exchange_every=[cfg.exchange_every or len(m) for m in groups], source=source)
-    if ctx.role == SERVER:
+    if ctx.role in (SERVER, EVALUATOR):
         ctx.comm.Split(MPI.UNDEFINED, ctx.rank)  # in no group
         run_roles(dataclasses.replace(ctx, config=summing(cfg), clients="group server",
                                       client_ranks=tuple(layout.group_server_ranks)), flat, data)
@@ -118,7 +119,7 @@ def profile_all(ctx: Context, flat: FlatModel, data) -> np.ndarray:
     if ctx.role == WORKER:
         shard = WorkerShard(data.x_train, data.y_train, ctx.index, ctx.layout.workers,
                             ctx.config.seed)
-        mine[0] = profile(Worker(ctx, flat, shard), ctx.config.profile_iterations)
+        mine[0] = profile(Worker(ctx, flat, ShardBudget(shard, 0, 1)), ctx.config.profile_iterations)
     everyone = np.empty(ctx.comm.Get_size())
     request = ctx.comm.Iallgather([mine, MPI.DOUBLE], [everyone, MPI.DOUBLE])
     ranks = ctx.layout.worker_ranks
@@ -133,12 +134,14 @@ def profile(worker: Worker, iterations: int) -> float:
     The minimum over the passes: other processes only ever add time (on a
     busy node a pass can take ten times its due). One untimed pass first:
     torch's first pass pays for lazy set-up."""
-    batch = worker.ctx.config.batch_size
-    worker.compute_gradient(batch)
+    shard, batch = worker.data.shard, worker.ctx.config.batch_size
+    worker.compute_gradient(*shard.next_batch(batch))
     times = []
     for _ in range(iterations):
-        _, compute = worker.compute_gradient(batch)
-        sleep = (worker.slowdown.persistent - 1.0) * compute
-        time.sleep(sleep)
-        times.append(compute + sleep)
+        began = time.perf_counter()
+        _, compute = worker.compute_gradient(*shard.next_batch(batch))
+        model = worker.slowdown.device_time
+        target = worker.slowdown.persistent * (compute if model is None else model.seconds(batch))
+        time.sleep(max(0.0, began + target - time.perf_counter()))
+        times.append(time.perf_counter() - began)
     return float(np.min(times))

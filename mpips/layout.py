@@ -1,4 +1,5 @@
-"""Which rank does what: servers first, then GSSP group servers, then workers."""
+"""Which rank does what: servers first, then GSSP group servers, then workers,
+then the evaluator (`--evaluator`)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -6,7 +7,7 @@ from dataclasses import asdict, dataclass
 from .config import ConfigError
 from .grouping import parse_assignment
 
-SERVER, GROUP_SERVER, WORKER = "server", "group_server", "worker"
+SERVER, GROUP_SERVER, WORKER, EVALUATOR = "server", "group_server", "worker", "evaluator"
 
 
 @dataclass(frozen=True)
@@ -14,10 +15,11 @@ class Layout:
     servers: int
     group_servers: int
     workers: int
+    evaluators: int = 0
 
     @property
     def size(self) -> int:
-        return self.servers + self.group_servers + self.workers
+        return self.servers + self.group_servers + self.workers + self.evaluators
 
     @property
     def clients(self) -> int:
@@ -35,7 +37,8 @@ class Layout:
 
     @property
     def worker_ranks(self) -> list[int]:
-        return list(range(self.servers + self.group_servers, self.size))
+        first = self.servers + self.group_servers
+        return list(range(first, first + self.workers))
 
     def role(self, rank: int) -> tuple[str, int]:
         """(role, index within the role) of a world rank."""
@@ -43,7 +46,9 @@ class Layout:
             return SERVER, rank
         if rank < self.servers + self.group_servers:
             return GROUP_SERVER, rank - self.servers
-        return WORKER, rank - self.servers - self.group_servers
+        if rank < self.servers + self.group_servers + self.workers:
+            return WORKER, rank - self.servers - self.group_servers
+        return EVALUATOR, rank - self.servers - self.group_servers - self.workers
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,14 +57,16 @@ class Layout:
 def make_layout(config, world_size: int) -> Layout:
     """The layout for this world size, or a ConfigError saying why not."""
     group_servers = config.groups if config.paradigm == "gssp" else 0
+    evaluators = 1 if config.evaluator else 0
     if config.servers >= world_size:
         raise ConfigError("servers", config.servers,
                           f"must be < the {world_size} ranks started, leaving ranks for workers")
-    workers = world_size - config.servers - group_servers
+    workers = world_size - config.servers - group_servers - evaluators
     if workers < 1:
         raise ConfigError("workers", workers,
                           f"{world_size} ranks = servers ({config.servers}) + group servers "
-                          f"({group_servers}) + workers: at least one worker is needed")
+                          f"({group_servers}) + workers + evaluator ({evaluators}): "
+                          f"at least one worker is needed")
     if config.workers and config.workers != workers:
         raise ConfigError("workers", config.workers,
                           f"must equal ranks - servers - group servers = {workers} "
@@ -68,4 +75,4 @@ def make_layout(config, world_size: int) -> Layout:
         raise ConfigError("groups", config.groups, f"must be <= workers ({workers})")
     if group_servers and config.group_assignment:
         parse_assignment(config.group_assignment, workers, group_servers)
-    return Layout(config.servers, group_servers, workers)
+    return Layout(config.servers, group_servers, workers, evaluators)

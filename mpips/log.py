@@ -29,6 +29,7 @@ ITERATION = np.dtype([
     ("push", "f8"), ("batch", "i4"), ("scale", "f4"), ("lr_scale", "f4"),
     ("staleness", "i8"), ("value_staleness", "f4"), ("value_staleness_bound", "f4"),
     ("bytes_sent", "i8"), ("bytes_dense", "i8"), ("loss", "f4"), ("rejected", "i1"),
+    ("sample", "i8"), ("overrun", "i1"),
 ])
 APPLY = np.dtype([
     ("server", "i4"), ("time", "f8"), ("wait", "f8"), ("apply", "f8"), ("pushes", "i4"),
@@ -283,6 +284,7 @@ class RunLog:
             "max_clock_gap": int(it["clock_gap"].max()) if len(it) else 0,
             "rejected_pushes": int(it["rejected"].sum()) if len(it) else 0,
             "bytes_sent": int(it["bytes_sent"].sum()) if len(it) else 0,
+            "device_time_overruns": int(it["overrun"].sum()) if len(it) else 0,
         }
 
     def time_to_accuracy(self, target: float) -> float | None:

@@ -15,15 +15,17 @@ from .checkpoint import identity as checkpoint_identity
 from .checkpointer import Checkpointer, Preempted
 from .config import Config, ConfigError
 from .context import Context
-from .data import DataError, WorkerShard, load_dataset
+from .budget import SharedBudget, ShardBudget
+from .data import DataError, GlobalStream, WorkerShard, load_dataset
 from .flatmodel import FlatModel
 from .gssp import run_gssp
-from .layout import SERVER, WORKER, make_layout
+from .evaluator import Evaluator
+from .layout import EVALUATOR, SERVER, WORKER, make_layout
 from .log import RankLog, rank_file, write_run_end, write_run_header
 from .models import build_model
 from .paradigms import make_paradigm
-from .server import Evaluator, Server
-from .windows import ControlTable, ParameterStore
+from .server import Server
+from .windows import G, ControlTable, ParameterStore
 from .wait import precise_sleeps
 from .worker import Worker
 
@@ -96,7 +98,18 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     if role != WORKER:
         device = torch.device("cpu")
     flat = FlatModel(model, device)
-    iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
+    total_samples = 0
+    if config.budget == "global":
+        # E passes over the training set by everyone (mpips/budget.py); `iterations`
+        # counts rounds of every worker's batch, the unit of Sync-Switch's f
+        # and of the servers' epochs.
+        round_samples = paradigm.round_samples()
+        ipe = len(data.y_train) / round_samples
+        total_samples = (config.iterations * round_samples if config.iterations
+                         else max(1, round(config.epochs * len(data.y_train))))
+        iterations = int(np.ceil(total_samples / round_samples))
+    else:
+        iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
     paradigm.set_iterations(iterations)
     # A run directory holding a checkpoint of this run: go on from it (mpips/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n, iterations)
@@ -104,7 +117,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     checkpointer = Checkpointer(comm, run_dir, config, ident, found)
     segment = checkpointer.segment
 
-    role_comm = comm.Split(color={SERVER: 0, WORKER: 2}.get(role, 1), key=rank)
+    role_comm = comm.Split(color={SERVER: 0, WORKER: 2, EVALUATOR: 3}.get(role, 1), key=rank)
     store = ParameterStore(comm, layout.server_ranks, flat.n, clients=layout.clients,
                            sparse=config.compressor != "none")
     control = ControlTable(comm, layout.server_ranks[0], layout.clients, layout.servers)
@@ -115,16 +128,21 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     ctx = Context(config=config, layout=layout, comm=comm, role_comm=role_comm, rank=rank,
                   role=role, index=index, run_dir=run_dir, t0=t0, store=store, control=control,
                   log=log, paradigm=paradigm, iterations=iterations, iterations_per_epoch=ipe,
-                  num_params=flat.n, checkpointer=checkpointer)
+                  num_params=flat.n, checkpointer=checkpointer, total_samples=total_samples,
+                  budget_table=control)
     if rank == 0:
         write_run_header(run_dir, config=config.to_dict(), versions=versions(),
                          layout={**layout.to_dict(), "world_size": size, "parameters": flat.n,
-                                 "iterations_per_worker": iterations, "iterations_per_epoch": ipe},
+                        "evaluation": "evaluator" if layout.evaluators else "inline",
+                                 "iterations_per_worker": iterations, "iterations_per_epoch": ipe,
+                                 "total_samples": total_samples},
                          ranks=list(range(size)), segment=segment)
+        budget = (f"{total_samples} samples in all" if total_samples
+                  else f"{iterations} iterations per worker")
         print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
               f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
-              f" | {config.model} on {config.dataset} ({flat.n} parameters) | {iterations} iterations"
-              f" per worker | run {run_dir}", flush=True)
+              f" | {config.model} on {config.dataset} ({flat.n} parameters) | {budget}"
+              f" | run {run_dir}", flush=True)
     checkpointer.begin(ctx)
     preempted = None
     try:
@@ -153,13 +171,16 @@ def run_roles(ctx: Context, flat: FlatModel, data) -> None:
         lo, hi = ctx.store.bounds[index]
         ctx.store.shard[:] = flat.flat_copy()[lo:hi]
         ctx.store.publish()
-        evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if index == 0 else None
+        inline = index == 0 and not ctx.layout.evaluators
+        evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if inline else None
         server = Server(ctx, evaluator)
         ctx.checkpointer.restore(ctx, server)
     elif role == WORKER:
-        shard = WorkerShard(data.x_train, data.y_train, index, ctx.layout.workers, ctx.config.seed)
-        worker = Worker(ctx, flat, shard)
+        worker = Worker(ctx, flat, worker_budget(ctx, data))
         ctx.checkpointer.restore(ctx, worker)
+    elif role == EVALUATOR:
+        evaluator = Evaluator(ctx, flat, data.x_test, data.y_test)
+        ctx.checkpointer.restore(ctx, evaluator)
     comm.Barrier()  # parameters in place and every role ready: the clock starts
     # (a resumed job's clock goes on from the checkpoint's training time)
     ctx.t0 = comm.bcast(time.time() - ctx.checkpointer.elapsed if ctx.rank == 0 else None)
@@ -170,14 +191,26 @@ def run_roles(ctx: Context, flat: FlatModel, data) -> None:
     elif role == WORKER:
         worker.run()
         ctx.wait_for_servers_done(stop=worker.stop_for_checkpoint)
+    elif role == EVALUATOR:
+        evaluator.run()
+        _finish(ctx, evaluator)
     ctx.barrier("end of the run")
 
 
+def worker_budget(ctx: Context, data):
+    """Where this worker's batches come from: claims on the global budget, or its shard."""
+    cfg = ctx.config
+    if cfg.budget == "global":
+        table = ctx.budget_table
+        return SharedBudget(GlobalStream(data.x_train, data.y_train, cfg.seed), ctx.total_samples,
+                            lambda n: table.add(G.CLAIMED, n), time_limit=cfg.time_limit, now=ctx.now)
+    shard = WorkerShard(data.x_train, data.y_train, ctx.index, ctx.layout.workers, cfg.seed)
+    return ShardBudget(shard, ctx.iterations, ctx.iterations_per_epoch)
+
+
 def _finish(ctx: Context, evaluator: Evaluator) -> None:
-    """Server 0, after every server is done: final evaluation and parameters."""
+    """The evaluating rank, after every server is done: final evaluation and parameters."""
     ctx.wait_for_servers_done()
-    rows = ctx.control.server_rows(ctx.control.read())
-    steps, pushes = int(rows[0, 1]), int(rows[0, 0])
-    if evaluator.last_pushes != pushes:
-        evaluator.evaluate(steps, pushes)
+    if evaluator.last_pushes != evaluator.applied()[1]:
+        evaluator.evaluate()
     write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=evaluator.current_params().copy())

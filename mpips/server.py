@@ -1,12 +1,9 @@
 """The server loop: watch the push counters, apply what arrived, publish, evaluate."""
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
-import torch
-
 from .context import Context
 from .optim import ServerOptimizer
 from .vsgd import UpdateNormEMA
@@ -27,7 +24,7 @@ class Server:
         self.steps = 0
         self.path = 0.0
         self.norm_ema = UpdateNormEMA(NORM_EMA_BETA)
-        self.evaluator = evaluator          # server 0 evaluates
+        self.evaluator = evaluator          # server 0 evaluates inline (no --evaluator rank)
         self.next_eval = ctx.config.eval_every
 
     @property
@@ -125,7 +122,7 @@ class Server:
                     self.steps, norm, lr, self.opt.momentum)
         if self.evaluator is not None and ctx.epochs_of(self.pushes) >= self.next_eval - 1e-9:
             self.next_eval += ctx.config.eval_every
-            self.evaluator.evaluate(self.steps, self.pushes)
+            self.evaluator.evaluate()
 
     def state(self) -> dict:
         """What a checkpoint keeps of this server (taken while nothing is in flight)."""
@@ -135,7 +132,7 @@ class Server:
                  "path": self.path, "norm_ema": [self.norm_ema.value, self.norm_ema.count],
                  "next_eval": self.next_eval}
         if self.evaluator is not None:
-            state["evaluator"] = [self.evaluator.best, self.evaluator.last_pushes]
+            state["evaluator"] = self.evaluator.state()
         return state
 
     def load_state(self, state: dict) -> None:
@@ -149,7 +146,7 @@ class Server:
         self.norm_ema.value, self.norm_ema.count = float(state["norm_ema"][0]), int(state["norm_ema"][1])
         self.next_eval = float(state["next_eval"])
         if self.evaluator is not None:
-            self.evaluator.best, self.evaluator.last_pushes = state["evaluator"]
+            self.evaluator.load_state(state["evaluator"])
 
     def publish(self, *, done: bool) -> None:
         """This server's row: counters first, then the per-worker applied counts
@@ -163,47 +160,3 @@ class Server:
         row[S.BEGUN] = self.steps
         row[len(S):] = self.consumed
         self.ctx.control.write(self.ctx.control.server_offset(self.s), row)
-
-
-class Evaluator:
-    """Server 0's evaluation of the global parameters on the held-out split."""
-
-    def __init__(self, ctx: Context, flat, x_test: torch.Tensor, y_test: torch.Tensor):
-        self.ctx = ctx
-        self.flat = flat
-        self.x, self.y = x_test, y_test
-        self.params = np.zeros(flat.n, dtype=np.float32)
-        self.best = 0.0
-        self.last_pushes = -1
-
-    def current_params(self) -> np.ndarray:
-        self.ctx.store.pull(self.params)
-        return self.params
-
-    @torch.no_grad()
-    def evaluate(self, steps: int, pushes: int) -> tuple[float, float]:
-        ctx, flat = self.ctx, self.flat
-        flat.host_params[:] = self.current_params()
-        flat.params_from_host()
-        flat.model.eval()
-        loss_sum, correct = 0.0, 0
-        for lo in range(0, len(self.y), 1024):
-            x = self.x[lo:lo + 1024].to(flat.device)
-            y = self.y[lo:lo + 1024].to(flat.device)
-            out = flat.model(x)
-            loss_sum += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
-            correct += int((out.argmax(1) == y).sum())
-        flat.model.train()
-        loss, acc = loss_sum / len(self.y), correct / len(self.y)
-        now = ctx.now()
-        epoch = ctx.epochs_of(pushes)
-        ctx.log.row("evaluations", now, epoch, steps, pushes, loss, acc)
-        ctx.log.flush()
-        rows = ctx.control.worker_rows(ctx.control.read())
-        wait_share = float(np.mean(rows[:, W.WAIT_TOTAL] / np.maximum(rows[:, W.ELAPSED], 1e-9)))
-        print(f"mpips: epoch {epoch:5.2f}  t {now:7.1f}s  updates {steps:6d}  loss {loss:.4f}  "
-              f"acc {100 * acc:5.1f}%  updates/s {steps / max(now, 1e-9):7.1f}  wait {100 * wait_share:4.1f}%",
-              flush=True, file=sys.stdout)
-        self.best = max(self.best, acc)
-        self.last_pushes = pushes
-        return loss, acc

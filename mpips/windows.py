@@ -49,8 +49,11 @@ class ParameterStore:
     client row (`clients`: a count, or the row numbers that push, in order)
     and a push number per slot. A client `push`es into its slot with `Put`
     (no accumulate, no lock shared with other clients), then writes the
-    slot's push number; a server `take_gradient`s by summing the slots
-    that hold unapplied pushes in row order, so a sum never depends on
+    slot's push number and order key; a server `take_gradient`s by summing
+    the slots that hold unapplied pushes in the order of their keys (a
+    worker's key is where its batch starts in the global sample stream:
+    which worker claimed which batch of a BSP round depends on timing, the
+    set of batches does not), then of their rows, so a sum never depends on
     arrival order (a BSP round is bit-reproducible) and taking is exact
     (no (x + g) - x). A slot holds one push: before pushing again a client
     waits until every server has taken its earlier pushes
@@ -81,11 +84,12 @@ class ParameterStore:
         self._param_win, self.shard = _allocate(comm, count, np.float32)
         self._grad_win, grad_mem = _allocate(comm, slots * count, np.float32)
         self._slots = grad_mem.reshape(slots, count)
-        self._head_win, self._numbers = _allocate(comm, slots, np.int64)
+        self._head_win, heads = _allocate(comm, 2 * slots, np.int64)
+        self._heads = heads.reshape(slots, 2)    # per slot: push number, order key
         comm.Barrier()  # every slot is zeroed before anyone can push into it
         for win in (self._param_win, self._grad_win, self._head_win):
             win.Lock_all()
-        self._number = np.zeros(1, np.int64)
+        self._head = np.zeros(2, np.int64)
 
     def slot(self, row: int) -> int:
         try:
@@ -101,18 +105,20 @@ class ParameterStore:
                 self._param_win.Get([out[lo:hi], MPI.FLOAT], rank, (0, hi - lo, MPI.FLOAT))
         self._param_win.Flush_all()
 
-    def push(self, grad: np.ndarray, *, row: int, number: int) -> None:
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
         """Put `grad` (float32, length n) into row's slot on every server, as
-        its push `number` (the row's clock once this push is counted). The
-        slot must be free (every server took the row's earlier pushes)."""
+        its push `number` (the row's clock once this push is counted), to be
+        summed in the order of `key`, then of rows. The slot must be free
+        (every server took the row's earlier pushes)."""
         k = self.slot(row)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
                 self._grad_win.Put([grad[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
         self._grad_win.Flush_all()
-        self._announce(k, number)
+        self._announce(k, number, key)
 
-    def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int) -> None:
+    def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
+                    key: int = 0) -> None:
         """Put values at global `indices` (sorted, int) only, into a slot of
         zeros (`sparse=True`): an indexed target datatype sends the k values,
         not a dense vector of zeros."""
@@ -128,20 +134,21 @@ class ParameterStore:
                                    rank, (0, 1, dtype))
                 self._grad_win.Flush(rank)
                 dtype.Free()
-        self._announce(k, number)
+        self._announce(k, number, key)
 
-    def _announce(self, k: int, number: int) -> None:
-        """The slot's push number, after its data is complete at every server
-        (a server sums a slot only when its number is the row's clock)."""
-        self._number[0] = number
+    def _announce(self, k: int, number: int, key: int) -> None:
+        """The slot's push number and key, after its data is complete at
+        every server (a server sums a slot only when its number is the row's clock)."""
+        self._head[:] = number, key
         for rank in self.server_ranks:
-            self._head_win.Put([self._number, MPI.INT64_T], rank, (k, 1, MPI.INT64_T))
+            self._head_win.Put([self._head, MPI.INT64_T], rank, (2 * k, 2, MPI.INT64_T))
         self._head_win.Flush_all()
 
     # server side ------------------------------------------------------------
     def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
         """Sum into `out` the pushes counted in `clocks` and not in `consumed`
-        (per row of the control table), in row order; returns how many.
+        (per row of the control table), in the order of their keys, then
+        rows; returns how many.
 
         A row's slot holds its latest push, numbered with the clock that
         counts it (a worker's clock counts pushes; a GSSP group server's
@@ -154,13 +161,15 @@ class ParameterStore:
             return 0
         self._head_win.Sync()
         self._grad_win.Sync()
-        summed = 0
+        written = []
         for row in np.flatnonzero(np.asarray(clocks) > np.asarray(consumed)):
-            row = int(row)
-            clock = int(clocks[row])
-            k = self.slot(row)
-            if self._numbers[k] != clock:
-                continue   # rejected: never written
+            k = self.slot(int(row))
+            number, key = self._heads[k]
+            if number == int(clocks[row]):   # else rejected: never written
+                written.append((int(key), int(row), k))
+        written.sort()
+        summed = 0
+        for _, _, k in written:
             if summed:
                 np.add(out, self._slots[k], out=out)
             else:
@@ -184,12 +193,12 @@ class ParameterStore:
         while no push is in flight."""
         self._grad_win.Sync()
         self._head_win.Sync()
-        return {"slots": self._slots.copy(), "numbers": self._numbers.copy()}
+        return {"slots": self._slots.copy(), "heads": self._heads.copy()}
 
     def restore_pending(self, state: dict) -> None:
         """Put back `pending()` of a checkpoint, before anyone pushes."""
         self._slots[:] = state["slots"]
-        self._numbers[:] = state["numbers"]
+        self._heads[:] = state["heads"]
         self._grad_win.Sync()
         self._head_win.Sync()
 
@@ -245,6 +254,7 @@ class G(IntEnum):
     CHECKPOINT = 4       # number of the latest checkpoint requested (0: none yet)
     CHECKPOINT_GO = 5    # n: every rank stopped for checkpoint n, save it; -n: cancelled
     CHECKPOINT_EXIT = 6  # n: the job ends after checkpoint n (preemption)
+    CLAIMED = 7          # samples of the global budget claimed so far (mpips/budget.py)
 
 
 _NG, _NW, _NS = 8, 16, len(S)

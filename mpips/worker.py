@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 import numpy as np
@@ -28,13 +29,13 @@ def _parse_points(text: str, field: str) -> set[tuple[int, int]]:
 
 
 class Worker:
-    def __init__(self, ctx: Context, flat: FlatModel, shard):
+    def __init__(self, ctx: Context, flat: FlatModel, data):
         self.ctx = ctx
         self.i = ctx.index
         self.flat = flat
-        self.shard = shard
+        self.data = data                    # where batches come from (mpips/budget.py)
         cfg = ctx.config
-        self.slowdown = Slowdown(cfg, self.i, ctx.layout.workers, ctx.iterations)
+        self.slowdown = Slowdown(cfg, self.i, ctx.layout.workers)
         self.fail_at = {it for w, it in _parse_points(cfg.fail_at, "fail_at") if w == self.i}
         self.nan_at = {it for w, it in _parse_points(cfg.nan_at, "nan_at") if w == self.i}
         self.loss_fn = torch.nn.CrossEntropyLoss()
@@ -43,18 +44,21 @@ class Worker:
         self._read = self._now = None  # parameters as pulled / as now (exact distance)
         # what this worker has published in its control row
         self.clock = 0
+        self.done = False
         self.push_times = [0.0, 0.0]
         self.rejected = 0
         self.wait_total = 0.0
         self.samples = 0
+        self.overruns = 0
+        self.busy, self.batch = 0.0, 0    # of the last iteration
 
     # ------------------------------------------------------------------
     def run(self) -> None:
         ctx = self.ctx
         if self.slowdown.persistent != 1.0:
             ctx.log.event(ctx.now(), "slowdown", worker=self.i, factor=self.slowdown.persistent)
-        for it in range(self.clock, ctx.iterations):  # clock > 0: resumed from a checkpoint
-            self.iteration(it)
+        while not self.done:    # resumed from a checkpoint: clock > 0
+            self.iteration(self.clock)
         ctx.log.flush()
 
     def _gate(self):
@@ -82,7 +86,8 @@ class Worker:
     def state(self) -> dict:
         """What a checkpoint keeps of this worker, taken at a gate."""
         return {"clock": self.clock, "push_times": list(self.push_times), "rejected": self.rejected,
-                "wait_total": self.wait_total, "samples": self.samples, "shard": self.shard.state(),
+                "wait_total": self.wait_total, "samples": self.samples, "data": self.data.state(),
+                "overruns": self.overruns,
                 "compressor": self.compressor.state() if self.compressor is not None else None}
 
     def load_state(self, state: dict) -> None:
@@ -90,7 +95,8 @@ class Worker:
         self.push_times = [float(t) for t in state["push_times"]]
         self.rejected, self.samples = int(state["rejected"]), int(state["samples"])
         self.wait_total = float(state["wait_total"])
-        self.shard.load_state(state["shard"])
+        self.overruns = int(state["overruns"])
+        self.data.load_state(state["data"])
         if self.compressor is not None:
             self.compressor.load_state(state["compressor"])
 
@@ -102,7 +108,11 @@ class Worker:
         if gate.event:
             ctx.log.event(ctx.now(), gate.event.pop("kind", "gate"), worker=i, clock=self.clock, **gate.event)
         clock_gap = self.clock - view.c_min()
-        batch = ctx.paradigm.batch_size(i, view)
+        batch = self.data.take(ctx.paradigm.batch_size(i, view))
+        if batch is None:   # the budget is spent: done, without a push
+            self.done = True
+            self.publish()
+            return
 
         t = time.perf_counter()
         ctx.store.pull(flat.host_params)
@@ -114,13 +124,9 @@ class Worker:
 
         if it in self.fail_at:
             raise RuntimeError(f"injected failure (fail_at) at worker {i} iteration {it}")
-        loss_value, compute = self.compute_gradient(batch)
         for s in self.slowdown.starting(it):
             ctx.log.event(ctx.now(), "straggler", worker=i, iteration=it, iterations=s.length, factor=s.factor)
-        factor = self.slowdown.factor(it)
-        sleep = (factor - 1.0) * compute
-        if sleep > 0:
-            time.sleep(sleep)
+        loss_value, compute, sleep, overrun = self.emulated_compute(it, batch)
 
         t = time.perf_counter()
         if ctx.paradigm.wants_exact_distance:
@@ -128,7 +134,7 @@ class Worker:
             at_push = self._view_counting_steps_seen()
         else:
             distance, at_push = math.nan, ctx.view()
-        decision = ctx.paradigm.push(i, at_push, batch_size=batch, read_updates=read_updates,
+        decision = ctx.paradigm.push(i, at_push, batch_size=batch.size, read_updates=read_updates,
                                      read_path_length=read_path, distance=distance)
         grad = flat.host_grads
         if it in self.nan_at:
@@ -143,32 +149,56 @@ class Worker:
                           reason="gradient contains NaN or Inf")
         else:
             if self.compressor is not None:
-                ratio = ctx.paradigm.compression(i, at_push, epoch=it // ctx.iterations_per_epoch + 1)
+                ratio = ctx.paradigm.compression(i, at_push, epoch=batch.epoch)
                 if ratio is not None:
                     self.compressor.set_ratio(*ratio)
             # The residual goes out in full at every epoch end and with the last push.
-            flush = (it + 1) % ctx.iterations_per_epoch == 0 or it == ctx.iterations - 1
-            sent = self._send(grad, epoch_end=flush)
-            self.samples += batch
+            sent = self._send(grad, epoch_end=batch.flush, key=batch.start)
+            self.samples += batch.size
         push_time = time.perf_counter() - t
-        event = ctx.paradigm.measured(i, clock=self.clock, batch=batch, compute=compute + sleep)
+        event = ctx.paradigm.measured(i, clock=self.clock, batch=batch.size, compute=compute)
         if event:
             ctx.log.event(ctx.now(), event.pop("kind", "measured"), worker=i, **event)
-        self.tick(it, busy=pull_time + compute + sleep + push_time, batch=batch)
+        self.done = batch.last
+        self.clock += 1
+        self.push_times = [ctx.now(), self.push_times[0]]
+        self.busy, self.batch = pull_time + compute + push_time, batch.size
+        self.publish()
 
         staleness = at_push.updates - read_updates
         vs = decision.info.get("value_staleness", math.nan)
         vsb = decision.info.get("value_staleness_bound", math.nan)
         ctx.log.row("iterations", i, it, self.clock - 1, clock_gap, start, waited, pull_time,
-                    compute + sleep, sleep, push_time, batch, decision.scale, decision.lr_scale,
-                    staleness, vs, vsb, sent, self.dense_bytes, loss_value, int(rejected))
+                    compute, sleep, push_time, batch.size, decision.scale, decision.lr_scale,
+                    staleness, vs, vsb, sent, self.dense_bytes, loss_value, int(rejected),
+                    batch.start, int(overrun))
 
-    def compute_gradient(self, batch: int) -> tuple[float, float]:
-        """Forward/backward on the shard's next `batch` samples into the flat
-        gradient (host side); returns (loss, seconds)."""
+    def emulated_compute(self, it: int, batch) -> tuple[float, float, float, bool]:
+        """The real forward/backward, then the emulated device's time slept
+        out (mpips/hetero.py); returns (loss, seconds in all, of them slept,
+        overrun: the real compute alone took longer than the model allows,
+        so this iteration is not emulated faithfully)."""
+        began = time.perf_counter()
+        loss_value, compute = self.compute_gradient(batch.x, batch.y)
+        target = self.slowdown.target(it, batch.size, compute)
+        overrun = self.slowdown.device_time is not None and compute > target
+        if overrun:
+            self.overruns += 1
+            if self.overruns == 1:
+                print(f"mpips: {self.ctx.name}: real compute {1e3 * compute:.1f} ms exceeds the emulated "
+                      f"device time {1e3 * target:.1f} ms at iteration {it}: the emulation is not faithful "
+                      f"(overruns are counted in the log; raise --device-time)", file=sys.stderr, flush=True)
+        remaining = began + target - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+        elapsed = time.perf_counter() - began
+        return loss_value, elapsed, max(0.0, elapsed - compute), overrun
+
+    def compute_gradient(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+        """Forward/backward on one batch into the flat gradient (host side);
+        returns (loss, seconds)."""
         flat = self.flat
         t = time.perf_counter()
-        x, y = self.shard.next_batch(batch)
         x, y = x.to(flat.device, non_blocking=True), y.to(flat.device, non_blocking=True)
         flat.zero_grad()
         loss = self.loss_fn(flat.model(x), y)
@@ -177,12 +207,14 @@ class Worker:
         flat.grads_to_host()
         return float(loss.detach()), time.perf_counter() - t
 
-    def _send(self, grad: np.ndarray, *, epoch_end: bool) -> int:
+    def _send(self, grad: np.ndarray, *, epoch_end: bool, key: int = 0) -> int:
         """Push `grad`, compressed if configured, into this worker's slot on
         the servers, once they took its earlier pushes; returns the payload bytes."""
         ctx = self.ctx
         ctx.wait_for_slot(self.i, self.clock)
-        slot = {"row": self.i, "number": self.clock + 1}   # the clock that will count it
+        # numbered with the clock that will count it; servers sum by where the
+        # batch starts in the global stream (-1 under a per-worker budget: by worker)
+        slot = {"row": self.i, "number": self.clock + 1, "key": key}
         if self.compressor is None:
             ctx.store.push(grad, **slot)
             return self.dense_bytes
@@ -228,23 +260,19 @@ class Worker:
         ctx.wait(published, what="servers finishing a step", describe=describe)
         return ctx.view()  # read again: the path follows STEPS in the row's one write
 
-    def tick(self, it: int, *, busy: float, batch: int) -> None:
+    def publish(self) -> None:
         """Publish this worker's row: the clock last, so a server that sees it
         also sees the push (already flushed) it counts."""
         ctx = self.ctx
-        self.clock += 1
-        now = ctx.now()
-        self.push_times = [now, self.push_times[0]]
-        done = 1.0 if it == ctx.iterations - 1 else 0.0
         row = np.zeros(W.EXTRA3 + 1)
         row[W.CLOCK] = self.clock
         row[W.PUSH_T0], row[W.PUSH_T1] = self.push_times
-        row[W.ITER_TIME] = busy
-        row[W.BATCH] = batch
-        row[W.DONE] = done
+        row[W.ITER_TIME] = self.busy
+        row[W.BATCH] = self.batch
+        row[W.DONE] = 1.0 if self.done else 0.0
         row[W.REJECTED] = self.rejected
         row[W.WAIT_TOTAL] = self.wait_total
-        row[W.ELAPSED] = now
+        row[W.ELAPSED] = ctx.now()
         row[W.SAMPLES] = self.samples
         for k, v in enumerate(ctx.paradigm.extras(self.i, self.clock)):
             row[W.EXTRA0 + k] = v

@@ -1,4 +1,5 @@
-"""ASP: no gate; every push is applied when it arrives."""
+"""ASP: no gate on other workers (only read-your-writes, `Paradigm.gate`);
+every push is applied when it arrives."""
 from __future__ import annotations
 
 from .base import Paradigm

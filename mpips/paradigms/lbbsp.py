@@ -105,6 +105,9 @@ class LBBSP(BSP):
     def batch_size(self, worker, view):
         return int(self.split(view, view.clock(worker))[worker])
 
+    def round_samples(self):
+        return self.total
+
     def iterations_per_epoch(self, num_train):
         return max(1, num_train // self.total)
 

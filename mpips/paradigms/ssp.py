@@ -13,10 +13,10 @@ import numpy as np
 from .base import PASS, ClusterView, Gate, Paradigm
 
 
-def bounded_gate(worker: int, view: ClusterView, s: int, *, own: bool = True,
+def bounded_gate(worker: int, view: ClusterView, s: int, *,
                  members: np.ndarray | None = None) -> Gate:
     """Pass iff every (member) worker j has had min(c_i - s, its final clock)
-    pushes applied, and, with `own`, all of `worker`'s own pushes.
+    pushes applied, and all of `worker`'s own (read-your-writes).
     In plain Python over lists: workers poll it while they wait, and for a
     few workers that is several times faster than numpy's per-call cost
     (benchmarks/control_plane.py)."""
@@ -25,7 +25,7 @@ def bounded_gate(worker: int, view: ClusterView, s: int, *, own: bool = True,
     short = []
     for j, (a, cj, d) in enumerate(zip(applied, clocks, done)):
         # a done worker is needed only up to its final clock
-        need = c if own and j == worker else min(c - s, cj) if d else c - s
+        need = c if j == worker else min(c - s, cj) if d else c - s
         if a < need and (members is None or members[j]):
             short.append(j)
     return Gate(False, tuple(short)) if short else PASS

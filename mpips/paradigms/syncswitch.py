@@ -72,7 +72,7 @@ import math
 
 import numpy as np
 
-from .base import MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, PASS, ClusterView, Paradigm
+from .base import MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView, Paradigm, own_writes_gate
 from .ssp import bounded_gate
 
 DECIDING = -1   # MODE_CLOCK while an ASP -> BSP switch is being decided
@@ -179,10 +179,11 @@ class SyncSwitch(Paradigm):
         if k == DECIDING:
             return bounded_gate(worker, view, 0)       # the safe side until K is known
         if view.mode == MODE_BSP:
-            return PASS if c < k else bounded_gate(worker, view, 0)
+            return own_writes_gate(worker, view) if c < k else bounded_gate(worker, view, 0)
         if c < k:
             return bounded_gate(worker, view, 0)       # BSP rounds before the switch
-        return bounded_gate(worker, view, c - k, own=False)   # every push < K applied, then free
+        # every push < K applied (and, read-your-writes, all of its own), then free
+        return bounded_gate(worker, view, c - k)
 
     # every server ---------------------------------------------------------------
     def _observe(self, view: ClusterView) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 from ..vsgd import lr_scale, value_staleness
-from .base import PASS, Paradigm, Push
+from .base import Paradigm, Push, own_writes_gate
 from .ssp import bounded_gate
 
 
@@ -48,7 +48,7 @@ class VSGD(Paradigm):
         self.lam = config.vsgd_lambda
 
     def gate(self, worker, view):
-        return bounded_gate(worker, view, self.staleness) if self.bounded else PASS
+        return bounded_gate(worker, view, self.staleness) if self.bounded else own_writes_gate(worker, view)
 
     def push(self, worker, view, *, batch_size, read_updates, read_path_length,
              distance=math.nan):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpips.data import WorkerShard, load_dataset
+from mpips.data import GlobalStream, WorkerShard, load_dataset
 from mpips.log import RunLog
 from mpips.models import build_model
 
@@ -53,6 +53,19 @@ def train(n: int, run_dir, *flags: str, timeout: float = 240, check: bool = True
     return Job(p.returncode, out, str(run_dir))
 
 
+def assert_each_sample_once(log) -> None:
+    """Under a global budget the logged claims cover the run's sample stream
+    exactly: every position 0 .. total-1 once, none twice, none missed (so
+    each training sample is used once per epoch: position k is sample
+    perm_e[k mod N] of epoch e = k div N)."""
+    it = log.iterations
+    assert (it["sample"] >= 0).all(), "a batch without a claim"
+    positions = np.sort(np.concatenate([np.arange(s, s + b) for s, b in zip(it["sample"], it["batch"])]))
+    total = log.layout["total_samples"]
+    assert len(positions) == total, f"{len(positions)} samples used, the budget is {total}"
+    assert np.array_equal(positions, np.arange(total)), "a sample position claimed twice or missed"
+
+
 @pytest.fixture
 def run_dir(tmp_path):
     return tmp_path / "run"
@@ -60,16 +73,24 @@ def run_dir(tmp_path):
 
 def uneven_sgd_oracle(config, batches: np.ndarray, dtype=torch.float32) -> np.ndarray:
     """One process, SGD on the concatenation of the workers' batches each
-    round; batches[r, i] = samples of worker i in round r. The paradigms'
-    definition of a BSP round (PARADIGMS.md), computed in `dtype`."""
+    round; batches[r, i] = samples of worker i in round r (from the global
+    stream, or from each worker's shard under `budget: per-worker`). The
+    paradigms' definition of a BSP round (PARADIGMS.md), computed in `dtype`."""
     data = load_dataset(config)
     torch.manual_seed(config.seed)
     model = build_model(config.model, data.input_shape, data.num_classes).to(dtype)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     workers = batches.shape[1]
     shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
+    stream, position = GlobalStream(data.x_train, data.y_train, config.seed), 0
     for sizes in batches:
-        parts = [shard.next_batch(int(n)) for shard, n in zip(shards, sizes)]
+        if config.budget == "global":
+            # a round's claims are the next sum(sizes) samples of the stream, in
+            # some order: the mean over their concatenation does not depend on it
+            parts = [stream.batch(position, int(sizes.sum()))]
+            position += int(sizes.sum())
+        else:
+            parts = [shard.next_batch(int(n)) for shard, n in zip(shards, sizes)]
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(torch.cat([p[0] for p in parts]).to(dtype)),
                                                  torch.cat([p[1] for p in parts]))
@@ -78,13 +99,36 @@ def uneven_sgd_oracle(config, batches: np.ndarray, dtype=torch.float32) -> np.nd
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach().double().numpy()
 
 
-def replayed_rounds(config, batches: np.ndarray) -> np.ndarray:
+def rounds_of(log) -> list[list[tuple[int, int, int, float]]]:
+    """A synchronous run's rounds from its log: per clock, the pushes a
+    server step applied, as (worker, stream start, batch, scale)."""
+    it = log.iterations
+    it = it[it["rejected"] == 0]
+    return [[(int(r["worker"]), int(r["sample"]), int(r["batch"]), float(r["scale"]))
+             for r in it[it["clock"] == c]] for c in range(int(it["clock"].max()) + 1)]
+
+
+def even_rounds(config, sizes: np.ndarray) -> list[list[tuple[int, int, int, float]]]:
+    """Rounds of a made-up run: sizes[r, i] samples for worker i in round r,
+    claimed from the stream in worker order, pushes scaled b_i / X."""
+    rounds, position = [], 0
+    for row in sizes:
+        X, pushes = int(row.sum()), []
+        for i, b in enumerate(row):
+            pushes.append((i, position if config.budget == "global" else -1, int(b), int(b) / X))
+            position += int(b)
+        rounds.append(pushes)
+    return rounds
+
+
+def replayed_run(config, rounds) -> np.ndarray:
     """A BSP/LB-BSP run's parameters, computed in one process the way the
-    runtime computes them: each worker's gradient on its own batch (the
-    workers' code path, one torch thread), scaled by b_i / X (BSP: 1/W) in
-    float32, summed in worker order as the servers sum their slots, and
-    applied with the servers' optimizer. With the order of every float
-    operation fixed, a real run must give these parameters bit for bit."""
+    runtime computes them: each push's gradient on its batch (the workers'
+    code path, one torch thread), scaled in float32, summed in the servers'
+    order (by where the batch starts in the global stream, then by worker),
+    and applied with the servers' optimizer. With the order of every float
+    operation fixed, a real run must give these parameters bit for bit.
+    `rounds`: rounds_of(log) or even_rounds(...)."""
     from mpips.flatmodel import FlatModel
     from mpips.optim import ServerOptimizer
 
@@ -94,25 +138,28 @@ def replayed_rounds(config, batches: np.ndarray) -> np.ndarray:
         data = load_dataset(config)
         torch.manual_seed(config.seed)
         flat = FlatModel(build_model(config.model, data.input_shape, data.num_classes))
-        workers = batches.shape[1]
+        workers = config.workers or max(len(r) for r in rounds)
         shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
+        stream = GlobalStream(data.x_train, data.y_train, config.seed)
         w = flat.flat_copy()
         opt = ServerOptimizer(config, w)
         loss_fn = torch.nn.CrossEntropyLoss()
         total = np.empty_like(w)
-        for sizes in batches:
-            X = int(sizes.sum())
-            for i, (shard, b) in enumerate(zip(shards, sizes)):
+        for pushes in rounds:
+            # each worker's shard is read in its own order: batches first, sum after
+            grads = []
+            for worker, start, b, scale in pushes:
+                x, y = stream.batch(start, b) if start >= 0 else shards[worker].next_batch(b)
                 flat.host_params[:] = w
-                x, y = shard.next_batch(int(b))
                 flat.zero_grad()
                 loss_fn(flat.model(x), y).backward()
                 flat.check_grad_views()
-                grad = flat.host_grads
-                scale = int(b) / X           # the paradigms' push scale (BSP: 1/W)
+                grad = flat.host_grads.copy()
                 if scale != 1.0:
                     grad *= scale
-                if i == 0:
+                grads.append(((start, worker), grad))
+            for k, (_, grad) in enumerate(sorted(grads, key=lambda g: g[0])):
+                if k == 0:
                     np.copyto(total, grad)
                 else:
                     total += grad
@@ -124,7 +171,7 @@ def replayed_rounds(config, batches: np.ndarray) -> np.ndarray:
 
 def one_round_float_bound(config, batches: np.ndarray) -> np.ndarray:
     """Per parameter, an upper bound, from float analysis, of how far one round of the
-    float32 runtime (replayed_rounds) may land from the exact SGD step on
+    float32 runtime (replayed_run) may land from the exact SGD step on
     the concatenated batch, both from the same initial parameters.
 
     First-order rounding analysis (Higham, Accuracy and Stability, 3.1 and
@@ -144,8 +191,11 @@ def one_round_float_bound(config, batches: np.ndarray) -> np.ndarray:
     torch.manual_seed(config.seed)
     model = build_model(config.model, data.input_shape, data.num_classes).double()
     workers = batches.shape[1]
-    shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
-    parts = [shard.next_batch(int(n)) for shard, n in zip(shards, batches[0])]
+    if config.budget == "global":
+        parts = [GlobalStream(data.x_train, data.y_train, config.seed).batch(0, int(batches[0].sum()))]
+    else:
+        shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
+        parts = [shard.next_batch(int(n)) for shard, n in zip(shards, batches[0])]
     x, y = torch.cat([p[0] for p in parts]).double(), torch.cat([p[1] for p in parts])
     N = len(y)
     abs_sum = torch.zeros(sum(p.numel() for p in model.parameters()), dtype=torch.float64)

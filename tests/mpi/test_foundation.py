@@ -6,7 +6,8 @@ import pytest
 
 import torch
 
-from conftest import one_round_float_bound, replayed_rounds, train, uneven_sgd_oracle
+from conftest import (assert_each_sample_once, even_rounds, one_round_float_bound, replayed_run,
+                      train, uneven_sgd_oracle)
 from mpips.config import load
 
 
@@ -15,41 +16,52 @@ BSP_FLAGS = ["--paradigm", "bsp", "--batch-size", "16", "--iterations", "20", "-
 
 
 def bsp_config():
-    return load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3})
+    return load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3, "workers": 4})
 
 
-@pytest.fixture(scope="module")
-def bsp_expected():
-    """What 20 BSP rounds of 4 workers must give, bit for bit (conftest.replayed_rounds)."""
-    return replayed_rounds(bsp_config(), np.full((20, 4), 16))
-
-
-def test_two_bsp_runs_give_the_replayed_parameters_bit_for_bit(tmp_path, bsp_expected):
-    # 2 servers; the slowdowns make the workers' pushes arrive in different
-    # orders in the two runs. Servers sum the workers' slots in worker order:
-    # the runs agree bit for bit, with each other and with the replay.
-    params = [train(6, tmp_path / f"run{k}", *BSP_FLAGS, "--servers", "2", "--slowdown", slow
-                    ).log.final_params() for k, slow in enumerate(["1,1,2,4", "4,2,1,1"])]
-    np.testing.assert_array_equal(params[0], params[1])
-    np.testing.assert_array_equal(params[0], bsp_expected)
+def test_two_bsp_runs_give_the_replayed_parameters_bit_for_bit(tmp_path):
+    # 2 servers; the slowdowns make the workers' pushes arrive, and their
+    # batches get claimed from the global stream, in different orders in the
+    # two runs. Servers sum the slots by where each batch starts in the
+    # stream: the runs agree bit for bit, with each other and with the
+    # one-process replay of 20 rounds of 4 x 16 samples.
+    logs = [train(6, tmp_path / f"run{k}", *BSP_FLAGS, "--servers", "2", "--slowdown", slow).log
+            for k, slow in enumerate(["1,1,2,4", "4,2,1,1"])]
+    for log in logs:
+        assert_each_sample_once(log)
+    owners = [log.iterations["worker"][np.argsort(log.iterations["sample"])] for log in logs]
+    assert not np.array_equal(*owners), "both runs claimed the same batches for the same workers"
+    expected = replayed_run(bsp_config(), even_rounds(bsp_config(), np.full((20, 4), 16)))
+    np.testing.assert_array_equal(logs[0].final_params(), logs[1].final_params())
+    np.testing.assert_array_equal(logs[0].final_params(), expected)
     # and it really trained
-    initial = replayed_rounds(bsp_config(), np.full((0, 4), 16))
-    assert np.abs(bsp_expected - initial).max() > 0.01
+    initial = replayed_run(bsp_config(), [])
+    assert np.abs(expected - initial).max() > 0.01
 
 
+def test_bsp_with_a_per_worker_budget_gives_the_replayed_parameters(tmp_path):
+    # each worker reads its own shard: the servers sum the slots in worker order
+    log = train(6, tmp_path / "run", *BSP_FLAGS, "--servers", "2", "--slowdown", "1,1,2,4",
+                "--budget", "per-worker").log
+    config = load(overrides={**bsp_config().to_dict(), "budget": "per-worker"})
+    np.testing.assert_array_equal(log.final_params(),
+                                  replayed_run(config, even_rounds(config, np.full((20, 4), 16))))
+
+
+@pytest.mark.parametrize("budget", ["global", "per-worker"])
 @pytest.mark.parametrize("batch", [(16, 16, 16, 16), (100, 60, 30, 66)])
-def test_a_replayed_round_is_sgd_on_the_concatenated_batch(batch):
+def test_a_replayed_round_is_sgd_on_the_concatenated_batch(batch, budget):
     """The replay (what the runtime computes) against PARADIGMS.md's
     definition of a round, exact SGD on all W batches at once (float64):
     within a bound derived from float32 rounding (conftest.one_round_float_bound)."""
-    config = bsp_config()
+    config = load(overrides={**bsp_config().to_dict(), "budget": budget})
     batches = np.array([batch])
-    got = replayed_rounds(config, batches)
+    got = replayed_run(config, even_rounds(config, batches))
     exact = uneven_sgd_oracle(config, batches, torch.float64)
     bound = one_round_float_bound(config, batches)
     excess = np.abs(got - exact) - bound
     assert excess.max() <= 0, f"{(excess > 0).sum()} parameters beyond the float bound"
-    initial = replayed_rounds(config, np.zeros((0, 4), np.int64))
+    initial = replayed_run(config, [])
     assert (np.abs(exact - initial) > 10 * bound).mean() > 0.5   # the step dwarfs the bound
 
 
@@ -69,7 +81,7 @@ def ssp_runs(tmp_path_factory):
 @pytest.mark.parametrize("s", [0, 1, 3])
 def test_ssp_bound_holds_at_every_gate(ssp_runs, s):
     it = ssp_runs[f"ssp{s}"].iterations
-    assert len(it) == 4 * ssp_runs[f"ssp{s}"].layout["iterations_per_worker"]
+    assert_each_sample_once(ssp_runs[f"ssp{s}"])   # the whole global budget, each sample once
     assert it["clock_gap"].max() <= s, "a gate passed with c_i - c_min > s"
     fast = it[it["worker"] < 3]
     assert fast["wait"].sum() > 0.2 * fast["compute"].sum(), "fast workers never waited for the slow one"
@@ -80,11 +92,19 @@ def test_ssp_gate_is_tight_enough_to_use_the_slack(ssp_runs):
     assert ssp_runs["ssp3"].iterations["clock_gap"].max() >= 2
 
 
-def test_asp_never_waits_and_sees_staleness(ssp_runs):
-    it = ssp_runs["asp"].iterations
-    assert (it["wait"] == 0).all()
+def test_asp_waits_only_for_its_own_pushes_and_sees_staleness(ssp_runs):
+    # ASP's gate waits only until the worker's own pushes are applied
+    # (read-your-writes), never for the slow worker as SSP(0) does
+    it, ssp0 = ssp_runs["asp"].iterations, ssp_runs["ssp0"].iterations
+    fast_wait = it[it["worker"] < 3]["wait"].sum() / (it["worker"] < 3).sum()
+    ssp0_wait = ssp0[ssp0["worker"] < 3]["wait"].sum() / (ssp0["worker"] < 3).sum()
+    assert fast_wait < 0.2 * ssp0_wait, (fast_wait, ssp0_wait)
     assert it[it["worker"] == 3]["staleness"].max() > 0
     assert it["clock_gap"].max() > 3  # no bound: fast workers run far ahead
+    # and the global budget: the fast workers did more of it than the slow one
+    counts = np.bincount(it["worker"])
+    assert counts[:3].min() > 2 * counts[3], counts
+    assert_each_sample_once(ssp_runs["asp"])
 
 
 def test_ssp_reaches_90_percent_despite_the_straggler(ssp_runs):
@@ -106,7 +126,7 @@ def test_reaches_90_percent(tmp_path, paradigm, flags):
 
 def test_eight_ranks_oversubscribed_finish(tmp_path):
     log = train(8, tmp_path / "run", "--paradigm", "ssp", "--servers", "2", "--epochs", "2",
-                "--slowdown", "1,1,2,1,1,3").log
+                "--slowdown", "1,1,2,1,1,3", "--budget", "per-worker").log
     s = log.summary()
     assert s["status"] == "finished" and s["workers"] == 6
     assert s["iterations"] == 6 * log.layout["iterations_per_worker"]

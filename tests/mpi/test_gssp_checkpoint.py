@@ -23,7 +23,8 @@ RANKS = 5   # 1 server + 2 group servers + 2 workers: each worker its own group
 # worker 1 is 8x slower: group 0 finishes long before group 1. GDTopK: the
 # group servers' compressor residuals are part of what a checkpoint keeps.
 FLAGS = ("--paradigm", "gssp", "--groups", "2", "--slowdown", "1,8", "--epochs", "12",
-         "--compressor", "gdtopk", "--checkpoint-every", "0.1", "--log-flush-seconds", "0.2")
+         "--compressor", "gdtopk", "--checkpoint-every", "0.1", "--log-flush-seconds", "0.2",
+         "--budget", "per-worker")
 
 
 def _one_group_done(run_dir) -> dict | None:

@@ -7,7 +7,8 @@ from conftest import train
 
 S = 3            # group_staleness
 FLAGS = ("--paradigm", "gssp", "--groups", "2", "--group-staleness", str(S),
-         "--slowdown", "1,1,4,4", "--epochs", "5", "--profile-iterations", "8")
+         "--slowdown", "1,1,4,4", "--epochs", "5", "--profile-iterations", "8",
+         "--budget", "per-worker")   # the checks below count clocks
 
 
 @pytest.fixture(scope="module")

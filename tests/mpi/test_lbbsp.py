@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import replayed_rounds, train
+from conftest import replayed_run, rounds_of, train
 from mpips.config import Config
 
 SLOW = "1,1,2,4"
@@ -36,16 +36,17 @@ def digits_run(tmp_path_factory):
 
 
 def test_uneven_rounds_give_the_replayed_parameters_bit_for_bit(tmp_path):
-    # The servers sum the sample-weighted gradients in worker order, so the
-    # run equals its one-process replay exactly, over as many rounds as it
-    # lasts (conftest.replayed_rounds; that a replayed round is SGD on the
+    # The servers sum the sample-weighted gradients in the order of where
+    # each batch starts in the global stream, so the run equals its
+    # one-process replay from the logged claims exactly, over as many rounds
+    # as it lasts (conftest.replayed_run; that a replayed round is SGD on the
     # concatenated batch: test_foundation.py).
     log = train(5, tmp_path / "run", "--paradigm", "lbbsp", "--global-batch", "256",
                 "--slowdown", SLOW, "--iterations", "30", "--lr", "0.1", "--eval-every", "1000").log
     batches = per_round(log, "batch").astype(np.int64)
     assert (batches.sum(axis=1) == 256).all()
     assert len(set(map(tuple, batches))) > 5, "the split never changed"
-    np.testing.assert_array_equal(log.final_params(), replayed_rounds(Config(**log.config), batches))
+    np.testing.assert_array_equal(log.final_params(), replayed_run(Config(**log.config), rounds_of(log)))
 
 
 def test_slow_workers_get_smaller_batches_and_it_is_logged(digits_run):

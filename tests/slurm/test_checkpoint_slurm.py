@@ -13,7 +13,7 @@ from conftest import wait_for_line
 
 REPO = Path(__file__).resolve().parents[2]
 # BSP: the same model whatever the timing, so the two runs can be compared bit for bit.
-SETTINGS = {"MPIPS_EPOCHS": "6", "MPIPS_WORKERS": "2"}
+SETTINGS = {"MPIPS_EPOCHS": "6", "MPIPS_WORKERS": "2", "MPIPS_ARGS": "--budget per-worker"}
 
 
 def test_preempted_job_resumes_from_its_checkpoint(slurm, tmp_path):

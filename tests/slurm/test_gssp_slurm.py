@@ -19,7 +19,7 @@ def test_gssp_job_script_preempted_and_requeued(slurm, tmp_path):
     checkpoint on to their groups; it exits 3, is requeued, resumes, finishes."""
     run_dir = tmp_path / "run"
     env = {"MPIPS_EPOCHS": "8", "MPIPS_WORKERS": "2", "MPIPS_GROUPS": "2",
-           "MPIPS_SLOWDOWN": "1,3", "MPIPS_RUN_DIR": run_dir}
+           "MPIPS_SLOWDOWN": "1,3", "MPIPS_RUN_DIR": run_dir, "MPIPS_ARGS": "--budget per-worker"}
     job = slurm.submit(REPO / "jobs" / "gssp.slurm", env=env, args=["--ntasks=5"], cwd=tmp_path)
     wait_for_line(slurm, job, "mpips: epoch  2.")
     slurm.run("scancel", "--batch", "--signal=USR1", job)

@@ -66,16 +66,25 @@ def test_sleeps_are_a_fraction_of_the_wait_or_last_until_what_is_due():
 
 def test_slowdown_persistent_and_transient():
     cfg = Config(slowdown="1,2,1", straggler="2:5:3:4")
-    assert Slowdown(cfg, 1, 3, 100).factor(0) == 2
-    s = Slowdown(cfg, 2, 3, 100)
+    assert Slowdown(cfg, 1, 3).factor(0) == 2
+    s = Slowdown(cfg, 2, 3)
     assert [s.factor(i) for i in (4, 5, 7, 8)] == [1, 4, 4, 1]
 
 
 def test_random_stragglers_repeat_from_the_seed():
     cfg = Config(random_stragglers="0.05:10:3", seed=7)
-    a = Slowdown(cfg, 1, 4, 500).straggles
-    assert a and a == Slowdown(cfg, 1, 4, 500).straggles
-    assert a != Slowdown(Config(random_stragglers="0.05:10:3", seed=8), 1, 4, 500).straggles
+
+    def drawn(cfg):
+        # drawn as iterations are asked for: a global budget's count is not known ahead
+        s = Slowdown(cfg, 1, 4)
+        factors = [s.factor(i) for i in range(500)]
+        return s.straggles, factors
+
+    a, factors = drawn(cfg)
+    assert a and a == drawn(cfg)[0]
+    assert a != drawn(Config(random_stragglers="0.05:10:3", seed=8))[0]
+    # every drawn straggle slows exactly the iterations it covers
+    assert factors == [3.0 if any(s.covers(i) for s in a) else 1.0 for i in range(500)]
 
 
 @pytest.mark.parametrize("text", ["3:1:1", "9:0:1:2", "x:1:1:1", "1:0:0:2"])
@@ -86,7 +95,7 @@ def test_bad_stragglers(text):
 
 def test_slowdown_needs_one_factor_per_worker():
     with pytest.raises(ConfigError, match="one factor per worker"):
-        Slowdown(Config(slowdown="1,2"), 0, 3, 10)
+        Slowdown(Config(slowdown="1,2"), 0, 3)
 
 
 def test_log_roundtrip(tmp_path):
@@ -96,7 +105,7 @@ def test_log_roundtrip(tmp_path):
     server, worker = RankLog(os.path.join(run, "rank-0.h5"), 0), RankLog(os.path.join(run, "rank-1.h5"), 1)
     for i in range(3):
         worker.row("iterations", 0, i, i, 0, 0.1 * i, 0.0, 0.01, 0.02, 0.0, 0.01, 16, 1.0, 1.0, i, np.nan,
-                   np.nan, 100, 100, 1.5, 0)
+                   np.nan, 100, 100, 1.5, 0, 16 * i, 0)
         server.row("applies", 0, 0.1 * i + 0.05, 0.0, 0.001, 1, i + 1, i + 1, 0.5, 0.1, 0.9)
     server.row("evaluations", 0.3, 3.0, 3, 3, 0.5, 0.75)
     worker.event(0.2, "rejected_push", worker=0, iteration=9, reason="nan")

@@ -73,6 +73,34 @@ def test_pushes_sum_in_row_order_whatever_the_arrival_order(servers):
 
 
 @pytest.mark.mpi(min_size=3)
+def test_keys_order_the_sum_before_rows():
+    """Keys (where a worker's batch starts in the global stream) decide the
+    order: the same batches claimed by other workers sum the same."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    workers = size - 1
+    store = ParameterStore(comm, [0], N, clients=workers)
+    sums = []
+    for r, owners in enumerate([list(range(workers)), list(reversed(range(workers)))]):
+        # batch b (key 16 * b) is pushed by worker owners[b]
+        for b, row in enumerate(owners):
+            if rank == 1 + row:
+                store.push(push_vector(99, b), row=row, number=r + 1, key=16 * b)
+        comm.Barrier()
+        if rank == 0:
+            out = np.empty(N, np.float32)
+            assert store.take_gradient(out, np.full(workers, r + 1), np.full(workers, r)) == workers
+            sums.append(out.copy())
+        comm.Barrier()
+    if rank == 0:
+        np.testing.assert_array_equal(sums[0], sums[1])
+        np.testing.assert_array_equal(sums[0], row_order_sum([push_vector(99, b) for b in range(workers)]))
+    store.free()
+
+
+@pytest.mark.mpi(min_size=3)
 @pytest.mark.parametrize("servers", [1, 2])
 def test_concurrent_flow_controlled_pushes_are_taken_exactly(servers):
     """Workers push K times as fast as their slots allow while servers take:
@@ -193,8 +221,8 @@ def test_pending_slots_round_trip():
     if rank == 0:
         saved = store.pending()
         np.testing.assert_array_equal(saved["slots"][0], push_vector(0, 1))
-        assert saved["numbers"].tolist() == [1] + [0] * (workers - 1)
-        store.restore_pending({"slots": np.zeros_like(saved["slots"]), "numbers": np.zeros(workers, np.int64)})
+        assert saved["heads"][:, 0].tolist() == [1] + [0] * (workers - 1)
+        store.restore_pending({"slots": np.zeros_like(saved["slots"]), "heads": np.zeros((workers, 2), np.int64)})
         store.restore_pending(saved)
         out = np.empty(N, np.float32)
         clocks = np.zeros(workers, np.int64)

@@ -1,0 +1,121 @@
+"""Evaluation of the global parameters on the held-out split.
+
+Two placements, recorded in run.h5's layout (`evaluation`):
+- `--evaluator`: one extra rank after the workers reads the parameters with
+  `Get` when the servers' applied pushes pass the next evaluation point,
+  evaluates, logs and prints the progress line. It never blocks a server or
+  a worker, so time-to-accuracy measures training alone (as the DDP baseline
+  of benchmarks/vs_ddp.py, which evaluates snapshots after training). Its
+  read is not synchronized with the servers' applies: with several servers
+  it may mix shards of neighbouring steps, as any asynchronous reader does.
+- inline (the default): server 0 evaluates between two applies, pausing
+  them (and under BSP every worker) while it does.
+
+Either way an evaluation row holds the time of the parameter read and the
+steps and pushes applied as read just before it.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+from .context import Context
+from .windows import S, W
+
+PROGRESS_EVERY = 1.0   # s: the evaluator's wait returns this often while the servers progress
+
+
+class Evaluator:
+    def __init__(self, ctx: Context, flat, x_test: torch.Tensor, y_test: torch.Tensor):
+        self.ctx = ctx
+        self.flat = flat
+        self.x, self.y = x_test, y_test
+        self.params = np.zeros(flat.n, dtype=np.float32)
+        self.best = 0.0
+        self.last_pushes = -1
+        self.next_eval = ctx.config.eval_every   # epochs (the evaluator rank's own schedule)
+
+    def state(self) -> dict:
+        return {"best": self.best, "last_pushes": self.last_pushes, "next_eval": self.next_eval}
+
+    def load_state(self, state: dict) -> None:
+        self.best, self.last_pushes = float(state["best"]), int(state["last_pushes"])
+        self.next_eval = float(state["next_eval"])
+
+    def current_params(self) -> np.ndarray:
+        self.ctx.store.pull(self.params)
+        return self.params
+
+    def applied(self) -> tuple[int, int, bool]:
+        """(steps, pushes) applied by every server, and whether all are done."""
+        rows = self.ctx.control.server_rows(self.ctx.control.read())
+        return int(rows[:, S.STEPS].min()), int(rows[:, S.PUSHES].min()), bool((rows[:, S.DONE] > 0).all())
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        ctx, flat = self.ctx, self.flat
+        steps, pushes, _ = self.applied()
+        read_at = ctx.now()
+        flat.host_params[:] = self.current_params()
+        flat.params_from_host()
+        flat.model.eval()
+        loss_sum, correct = 0.0, 0
+        for lo in range(0, len(self.y), 1024):
+            x = self.x[lo:lo + 1024].to(flat.device)
+            y = self.y[lo:lo + 1024].to(flat.device)
+            out = flat.model(x)
+            loss_sum += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+        flat.model.train()
+        loss, acc = loss_sum / len(self.y), correct / len(self.y)
+        epoch = ctx.epochs_of(pushes)
+        ctx.log.row("evaluations", read_at, epoch, steps, pushes, loss, acc)
+        ctx.log.flush()
+        rows = ctx.control.worker_rows(ctx.control.read())
+        wait_share = float(np.mean(rows[:, W.WAIT_TOTAL] / np.maximum(rows[:, W.ELAPSED], 1e-9)))
+        print(f"mpips: epoch {epoch:5.2f}  t {read_at:7.1f}s  updates {steps:6d}  loss {loss:.4f}  "
+              f"acc {100 * acc:5.1f}%  updates/s {steps / max(read_at, 1e-9):7.1f}  wait {100 * wait_share:4.1f}%",
+              flush=True, file=sys.stdout)
+        self.best = max(self.best, acc)
+        self.last_pushes = pushes
+        return loss, acc
+
+    # the evaluator rank ---------------------------------------------------------
+    def run(self) -> None:
+        """Evaluate at every evaluation point until every server is done. A
+        wait returns at least every PROGRESS_EVERY s while the servers
+        progress, so only servers that stop progressing hit the stall timeout."""
+        ctx = self.ctx
+        eval_every = ctx.config.eval_every
+        while True:
+            start = ctx.now()
+            _, seen, _ = self.applied()
+            last = {}
+
+            def ready():
+                _, pushes, done = last["now"] = self.applied()
+                return (done or ctx.epochs_of(pushes) >= self.next_eval - 1e-9
+                        or (pushes != seen and ctx.now() - start > PROGRESS_EVERY))
+
+            def describe():
+                rows = ctx.control.server_rows(ctx.control.read())
+                ranks = ctx.layout.server_ranks
+                return "; ".join(f"server {s} = rank {ranks[s]} (pushes applied {int(rows[s, S.PUSHES])})"
+                                 for s in np.flatnonzero(rows[:, S.DONE] == 0))
+
+            ctx.checkpointer.wait(ctx, ready, what="evaluator waiting for the servers", describe=describe,
+                                  stop=self.stop_for_checkpoint)
+            _, pushes, done = last["now"]
+            if done:
+                break
+            if ctx.epochs_of(pushes) >= self.next_eval - 1e-9:
+                while ctx.epochs_of(pushes) >= self.next_eval - 1e-9:
+                    self.next_eval += eval_every
+                self.evaluate()
+
+    def stop_for_checkpoint(self) -> None:
+        """Take part in the checkpoint every rank stops for (it pushes nothing,
+        so the servers do not wait for it: no acknowledgement)."""
+        self.ctx.checkpointer.halt(self.ctx, self.state, ack=None)
