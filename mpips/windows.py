@@ -197,6 +197,9 @@ class ParameterStore:
 
     def restore_pending(self, state: dict) -> None:
         """Put back `pending()` of a checkpoint, before anyone pushes."""
+        if not isinstance(state, dict) or set(state) != {"slots", "heads"}:
+            raise ValueError("the checkpoint's pending gradient is not per-worker slots "
+                             "(written by an mpips before exact pushes): start the run afresh")
         self._slots[:] = state["slots"]
         self._heads[:] = state["heads"]
         self._grad_win.Sync()
