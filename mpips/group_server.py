@@ -110,6 +110,7 @@ class GroupServer(Server):
                 "compressor": compressor.state() if compressor is not None else None,
                 "since": self.since, "forwarded": self.forwarded, "exchanges": self.exchanges,
                 "flushed_epochs": self.flushed_epochs, "exchange_times": list(self.exchange_times),
+                "sent_final": self.sent_final,
                 "speed_rank": self.speed_rank, "speed": self.speed.state()}
 
     def load_state(self, state: dict) -> None:
@@ -120,6 +121,8 @@ class GroupServer(Server):
         self.since, self.forwarded = int(state["since"]), int(state["forwarded"])
         self.exchanges, self.flushed_epochs = int(state["exchanges"]), int(state["flushed_epochs"])
         self.exchange_times = [float(t) for t in state["exchange_times"]]
+        # a group done before the cut sent its final exchange then: not again
+        self.sent_final = bool(state.get("sent_final", False))
         self.speed_rank = int(state["speed_rank"])
         self.speed.load_state(state["speed"])
 
