@@ -265,3 +265,40 @@ def test_control_table_fetch_and_add_is_atomic():
     assert table.read()[slot] == 100 * comm.Get_size()
     comm.Barrier()
     table.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
+    """A push whose earlier one no server took yet waits (flow control), and
+    after stall_timeout fails naming the server and its count."""
+    from mpi4py import MPI
+
+    from mpips.config import load
+    from mpips.context import Context
+    from mpips.layout import Layout
+    from mpips.wait import StallError
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    workers = size - 1
+    store = ParameterStore(comm, [0], N, clients=workers)
+    table = ControlTable(comm, 0, workers, 1)
+    ctx = Context(config=load(overrides={"stall_timeout": 0.3, "stall_warn": 100.0}),
+                  layout=Layout(1, 0, workers), comm=comm, role_comm=comm, rank=rank,
+                  role="worker" if rank else "server", index=max(rank - 1, 0), run_dir="",
+                  t0=0.0, store=store, control=table, log=None, paradigm=None, iterations=1,
+                  iterations_per_epoch=1, num_params=N)
+    if rank == 1:
+        assert ctx.wait_for_slot(0, 0) == 0.0            # the first push never waits
+        with pytest.raises(StallError, match=r"worker 0's gradient slot for push 2.*"
+                                             r"server 0 = rank 0 \(took 0 of 1 pushes\)"):
+            ctx.wait_for_slot(0, 1)                      # push 1 not taken: the slot is full
+    comm.Barrier()
+    if rank == 0:   # the server takes push 1
+        table.write(table.server_offset(0, len(S)), [1])
+    comm.Barrier()
+    if rank == 1:
+        assert ctx.wait_for_slot(0, 1) == 0.0
+    comm.Barrier()
+    table.free()
+    store.free()
