@@ -24,6 +24,7 @@ VSGD_GATES = ("ssp", "asp")
 VALUE_MEASURES = ("exact", "bound")
 VSGD_RULES = ("max", "linear")
 BUDGETS = ("global", "per-worker")
+ASYNC_MOMENTUM = ("compensated", "as-set")
 
 
 class ConfigError(ValueError):
@@ -68,6 +69,11 @@ class Config:
     lr: float = _f(0.05, "learning rate of one update from workers x batch-size samples (pushes are scaled 1/W)")
     momentum: float = _f(0.9, "SGD momentum")
     nesterov: bool = _f(False, "Nesterov momentum")
+    async_momentum: str = _f("compensated", "pushes applied one at a time (every paradigm but BSP, "
+                                            "LB-BSP and Sync-Switch's BSP phase): compensated = momentum "
+                                            "max(0, 1 - W(1 - m)) at lr x (1 - that)/(1 - m), since "
+                                            "asynchrony adds momentum of about 1 - 1/W; as-set = m and lr",
+                             ASYNC_MOMENTUM)
     weight_decay: float = _f(0.0, "L2 weight decay")
     lr_schedule: str = _f("none", "learning-rate schedule over updates", SCHEDULES)
     lr_step_every: float = _f(1.0, "step schedule: decay every this many epochs")

@@ -101,10 +101,9 @@ class Server:
         target = view.clocks.copy()
         new = int((target - self.consumed).sum())
         ctx.store.take_gradient(self.grad, target, self.consumed)
-        lr = ctx.paradigm.server_lr(self.opt.scheduled_lr(ctx.epochs_of(self.pushes)), view)
-        momentum = ctx.paradigm.server_momentum(self.ctx.config.momentum, view)
-        if momentum is not None:
-            self.opt.set_momentum(momentum)
+        lr, momentum = ctx.paradigm.server_step(self.opt.scheduled_lr(ctx.epochs_of(self.pushes)),
+                                                ctx.config.momentum, view)
+        self.opt.set_momentum(momentum)
         # Announce the step before it writes the parameters in place: a worker
         # measuring ||w_now - w_read|| waits for it so that the path length
         # it reads counts every step its pull may have seen (VSGD's bound).

@@ -40,8 +40,13 @@ lr eta, and an ASP push is 1/W of such a step with the same lr, i.e. exactly
 eta_ASP = eta_BSP / W per push of b samples. So the servers keep lr = eta in
 both modes and this module does not scale again (that would be eta / W^2).
 Momentum is cut to m/W for the first ASP update after a switch to ASP and ramps
-back linearly to m over `momentum_ramp` ASP pushes (counted as pushes applied
-by every server since K, so every shard ramps alike); BSP steps use m.
+linearly over `momentum_ramp` ASP pushes (counted as pushes applied by every
+server since K, so every shard ramps alike) to ASP's momentum: with
+`async_momentum` compensated (the default) the compensated one of every
+asynchronous paradigm (`Paradigm.server_step`: asynchrony already acts as
+momentum of about 1 - 1/W), at an lr that keeps BSP's long-run step
+lr/(1-m) all along; with as-set, back to m at the same lr, as the authors
+did. BSP steps use m and lr.
 
 Policies (`server_control`, server 0):
 - offline (`online_policy=none`): one switch, BSP -> ASP, when the BSP rounds
@@ -72,7 +77,8 @@ import math
 
 import numpy as np
 
-from .base import MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView, Paradigm, own_writes_gate
+from .base import (MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView, Paradigm, compensated_momentum,
+                   compensated_step, own_writes_gate)
 from .ssp import bounded_gate
 
 DECIDING = -1   # MODE_CLOCK while an ASP -> BSP switch is being decided
@@ -89,11 +95,14 @@ def round_ready(view: ClusterView, consumed: np.ndarray) -> bool:
     return bool((view.clocks[owed] > lowest).all())
 
 
-def momentum_after_switch(momentum: float, workers: int, pushes: int, ramp: int) -> float:
-    """m/W right after a switch to ASP, back to m linearly over `ramp` pushes."""
+def momentum_after_switch(momentum: float, workers: int, pushes: int, ramp: int,
+                          target: float | None = None) -> float:
+    """m/W right after a switch to ASP, then linearly over `ramp` pushes to
+    `target` (default m; the paradigm passes ASP's compensated momentum)."""
+    target = momentum if target is None else target
     progress = 1.0 if ramp == 0 else min(1.0, pushes / ramp)
     cut = momentum / workers
-    return cut + (momentum - cut) * progress
+    return cut + (target - cut) * progress
 
 
 class StragglerDetector:
@@ -208,13 +217,20 @@ class SyncSwitch(Paradigm):
         after = bool((view.clocks > view.mode_clock).any())
         return view.mode if after else 1 - view.mode
 
-    def server_momentum(self, base_momentum, view):
+    def server_step(self, lr, momentum, view):
         self._observe(view)
         if view.mode_clock == DECIDING or self._step_mode(view) == MODE_BSP:
-            return base_momentum
+            return lr, momentum
         start = view.mode_clock if view.mode == MODE_ASP else self.asp_from
         pushes = int(np.maximum(view.applied - start, 0).sum())
-        return momentum_after_switch(base_momentum, self.num_workers, pushes, self.config.momentum_ramp)
+        m = momentum_after_switch(momentum, self.num_workers, pushes, self.config.momentum_ramp,
+                                  self._asp_momentum(momentum))
+        # compensated: the same long-run step lr/(1-m) as BSP's all along the ramp
+        return compensated_step(lr, momentum, m) if self.compensates else (lr, m)
+
+    def _asp_momentum(self, momentum: float) -> float:
+        """Where the ramp ends: ASP's compensated momentum (Paradigm.server_step), or m."""
+        return compensated_momentum(momentum, self.num_workers) if self.compensates else momentum
 
     def synchronous(self, view):
         k = view.mode_clock
@@ -264,7 +280,9 @@ class SyncSwitch(Paradigm):
         return {"kind": "switch", "to": MODE_NAMES[to], "clock": k, "reason": reason,
                 "samples": self.samples(k), "samples_pushed": int(view.clocks.sum()) * self.config.batch_size,
                 "bsp_samples": self.samples(self.bsp_rounds), "budget": budget,
-                "bsp_target": self.f * budget, "lr": self.config.lr, "momentum": momentum}
+                "bsp_target": self.f * budget, "momentum": momentum,
+                "lr": (compensated_step(self.config.lr, self.config.momentum, momentum)[0]
+                       if to == MODE_ASP and self.compensates else self.config.lr)}
 
     def _to_asp(self, view: ClusterView, k: int, reason: str):
         self.bsp_rounds += k - self.phase_start
@@ -272,7 +290,8 @@ class SyncSwitch(Paradigm):
         self.switches += 1
         m = self.config.momentum
         event = self._event(view, MODE_ASP, k, reason,
-                            momentum_after_switch(m, self.num_workers, 0, self.config.momentum_ramp))
+                            momentum_after_switch(m, self.num_workers, 0, self.config.momentum_ramp,
+                                                  self._asp_momentum(m)))
         event["momentum_ramp"] = self.config.momentum_ramp
         return [(SLOT_MODE_CLOCK, DECIDING, None), (SLOT_MODE, MODE_ASP, None), (SLOT_MODE_CLOCK, k, event)]
 

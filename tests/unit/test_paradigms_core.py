@@ -61,3 +61,21 @@ def test_pushes_are_scaled_one_over_w():
     for name in ("bsp", "asp", "ssp"):
         p = make_paradigm(Config(paradigm=name), 4)
         assert p.push(0, view([0] * 4), batch_size=16, read_updates=0, read_path_length=0).scale == 0.25
+
+
+def test_asynchronous_steps_are_compensated_for_asynchrony():
+    from mpips.paradigms.base import compensated_momentum
+
+    view = ClusterView(now=1.0, clocks=np.array([3, 3]), applied=np.array([3, 3]),
+                       push_times=np.full((2, 2), np.nan), iter_times=np.full(2, np.nan),
+                       batch_sizes=np.full(2, 16), done=np.zeros(2, bool), updates=6)
+    # one worker: nothing to compensate, so ASP stays sequential SGD
+    assert compensated_momentum(0.9, 1) == 0.9
+    assert compensated_momentum(0.9, 8) == pytest.approx(0.2) and compensated_momentum(0.9, 16) == 0.0
+    for name in ("asp", "ssp", "dssp", "vsgd"):
+        lr, m = make_paradigm(Config(paradigm=name), 8).server_step(0.05, 0.9, view)
+        assert m == pytest.approx(0.2) and lr / (1 - m) == pytest.approx(0.05 / (1 - 0.9))
+        assert make_paradigm(Config(paradigm=name, async_momentum="as-set"), 8).server_step(0.05, 0.9, view) == (0.05, 0.9)
+        assert make_paradigm(Config(paradigm=name, optimizer="adam"), 8).server_step(0.05, 0.9, view) == (0.05, 0.9)
+    for name in ("bsp", "lbbsp"):   # whole rounds: as set
+        assert make_paradigm(Config(paradigm=name), 8).server_step(0.05, 0.9, view) == (0.05, 0.9)

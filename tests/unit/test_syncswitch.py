@@ -102,17 +102,32 @@ def test_momentum_ramp():
 
 
 def test_server_momentum_and_lr_follow_the_step_mode():
-    p = paradigm(momentum=0.8, momentum_ramp=10)
-    assert p.server_momentum(0.8, view([5, 5, 5, 5], mode=MODE_ASP, mode_clock=5)) == 0.8   # BSP round 4
+    # the authors' rule: m/W, ramped back to m at the same lr
+    p = paradigm(momentum=0.8, momentum_ramp=10, async_momentum="as-set")
+    assert p.server_step(0.05, 0.8, view([5, 5, 5, 5], mode=MODE_ASP, mode_clock=5))[1] == 0.8   # BSP round 4
     first = view([6, 5, 5, 5], applied=[5, 5, 5, 5], mode=MODE_ASP, mode_clock=5)
-    assert p.server_momentum(0.8, first) == pytest.approx(0.2)
+    assert p.server_step(0.05, 0.8, first)[1] == pytest.approx(0.2)
     later = view([9, 8, 7, 7], applied=[9, 7, 6, 6], mode=MODE_ASP, mode_clock=5)   # 8 ASP pushes in
-    assert p.server_momentum(0.8, later) == pytest.approx(0.2 + 0.6 * 0.8)
+    assert p.server_step(0.05, 0.8, later)[1] == pytest.approx(0.2 + 0.6 * 0.8)
     # ASP pushes before a switch back to BSP keep ramping from where ASP began
     tail = view([12, 11, 12, 12], applied=[12, 10, 12, 12], mode=MODE_BSP, mode_clock=12)
-    assert p.server_momentum(0.8, tail) == pytest.approx(0.8)     # 25 pushes > ramp
-    assert p.server_lr(0.05, later) == 0.05                       # the 1/W is in the push
+    assert p.server_step(0.05, 0.8, tail)[1] == pytest.approx(0.8)     # 25 pushes > ramp
+    assert p.server_step(0.05, 0.8, later)[0] == 0.05                  # the 1/W is in the push
     assert p.push(0, later, batch_size=16, read_updates=0, read_path_length=0.0).scale == 0.25
+
+
+def test_compensated_ramp_ends_at_asps_momentum_with_bsps_long_run_step():
+    p = paradigm(momentum=0.9, momentum_ramp=10)    # async_momentum: compensated (the default)
+    bsp = view([5, 5, 5, 5], mode=MODE_ASP, mode_clock=5)
+    assert p.server_step(0.05, 0.9, bsp) == (0.05, 0.9)                # BSP rounds as set
+    first = view([6, 5, 5, 5], applied=[5, 5, 5, 5], mode=MODE_ASP, mode_clock=5)
+    later = view([9, 8, 7, 7], applied=[9, 7, 6, 6], mode=MODE_ASP, mode_clock=5)   # 8 of 10
+    done = view([20, 20, 20, 20], applied=[20, 20, 20, 20], mode=MODE_ASP, mode_clock=5)
+    target = 1 - 4 * (1 - 0.9)                                          # 0.6: W = 4
+    for v, m in ((first, 0.9 / 4), (later, 0.9 / 4 + (target - 0.9 / 4) * 0.8), (done, target)):
+        lr, got = p.server_step(0.05, 0.9, v)
+        assert got == pytest.approx(m)
+        assert lr / (1 - got) == pytest.approx(0.05 / (1 - 0.9))        # the same long-run step
 
 
 def test_detector_counts_each_iteration_once():
@@ -306,7 +321,7 @@ class Simulation:
 
         def step(t, v):
             pushes, self.window[s] = self.window[s], []
-            momentum = p.server_momentum(0.9, v)
+            momentum = p.server_step(0.05, 0.9, v)[1]
             self.applied[s].update(pushes)
             self.steps[s].append((sorted(pushes), momentum))
             consumed[:] = v.clocks

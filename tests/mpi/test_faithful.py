@@ -1,0 +1,98 @@
+"""Faithful runs under real MPI: read-your-writes (one worker = sequential SGD
+under every paradigm), the emulated device time, the global budget, and an
+evaluator rank that stops nobody."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import assert_each_sample_once, train, uneven_sgd_oracle
+from mpips.config import Config
+
+ORACLE = ("--iterations", "30", "--lr", "0.1", "--momentum", "0.9", "--seed", "3", "--eval-every", "100")
+
+
+@pytest.mark.parametrize("flags", [
+    ("--paradigm", "asp"),
+    ("--paradigm", "ssp", "--staleness", "3"),
+    ("--paradigm", "dssp"),
+    ("--paradigm", "vsgd", "--gate", "ssp"),
+    ("--paradigm", "vsgd", "--gate", "asp"),
+    ("--paradigm", "syncswitch", "--switch-at", "0.5"),
+], ids=lambda f: "-".join(f[1::2]))
+def test_one_worker_is_sequential_sgd(tmp_path, flags):
+    """Every paradigm's worker reads its own writes: with one worker each
+    pull holds all of its pushes, so the run is SGD on the same batches.
+    The bound: one worker sums nothing at the servers (push scale 1/W = 1),
+    so the only differences are torch's and numpy's float32 rounding of the
+    same operations in another order (SGD's momentum buffer vs the server
+    optimizer's), a few ulps per step on parameters of size ~1: far below 1e-5."""
+    log = train(2, tmp_path / "run", *flags, *ORACLE).log
+    assert log.summary()["max_staleness"] == 0, "a pull missed the worker's own push"
+    config = Config(**log.config)
+    expected = uneven_sgd_oracle(config, np.full((30, 1), config.batch_size))
+    diff = np.abs(log.final_params() - expected).max()
+    assert diff < 1e-5, f"{flags}: one worker differs from sequential SGD by {diff}"
+
+
+def test_bsp_round_takes_the_slowest_emulated_device_time(tmp_path):
+    """--device-time 20ms with slowdowns 1,1,2,4: every round waits for the
+    4x worker, so a round takes max_i T_i = 80 ms plus the runtime's own
+    cost, which must stay small for the emulation to mean anything."""
+    log = train(5, tmp_path / "run", "--paradigm", "bsp", "--device-time", "20ms",
+                "--slowdown", "1,1,2,4", "--iterations", "30", "--eval-every", "100").log
+    assert log.summary()["device_time_overruns"] == 0
+    it = log.iterations
+    # emulated compute = factor x 20 ms (the worker sleeps out what real compute leaves)
+    factors = np.array([1, 1, 2, 4])[it["worker"]]
+    assert np.allclose(it["compute"], 0.020 * factors, rtol=0.05, atol=0.002)
+    server = log.applies[log.applies["server"] == 0]
+    rounds = np.diff(np.sort(server["time"]))[2:]   # after the first rounds' start-up
+    median = float(np.median(rounds))
+    assert abs(median - 0.080) <= 0.15 * 0.080, f"median BSP round {1e3 * median:.1f} ms, model 80 ms"
+
+
+def test_global_budget_is_shared_by_speed(tmp_path):
+    """ASP on an emulated 1,1,2,4 cluster: fast workers do proportionally more
+    iterations, the run uses E x N samples, each sample once per epoch."""
+    log = train(5, tmp_path / "run", "--paradigm", "asp", "--device-time", "20ms",
+                "--slowdown", "1,1,2,4", "--epochs", "2", "--eval-every", "100").log
+    s = log.summary()
+    assert s["status"] == "finished" and s["device_time_overruns"] == 0
+    n_train = log.layout["total_samples"] / 2
+    assert log.layout["total_samples"] == round(2 * n_train) and n_train == int(n_train)
+    assert_each_sample_once(log)
+    counts = np.bincount(log.iterations["worker"], minlength=4)
+    speed = 1 / np.array([1, 1, 2, 4])
+    expected = counts.sum() * speed / speed.sum()
+    assert np.all(np.abs(counts / expected - 1) <= 0.15), (counts, expected.round(1))
+    # a cut-short last batch only: every other batch is whole
+    assert (log.iterations["batch"] == 16).sum() >= len(log.iterations) - 1
+
+
+def test_time_limit_ends_training(tmp_path):
+    log = train(3, tmp_path / "run", "--paradigm", "asp", "--device-time", "20ms",
+                "--epochs", "100", "--time-limit", "1", "--eval-every", "100").log
+    it = log.iterations
+    assert log.status == "finished"
+    assert it["start"].max() < 1.0 + 0.1, "an iteration started after the time limit"
+    assert len(it) < log.layout["total_samples"] / 16 / 10   # far from the sample budget
+
+
+def test_evaluator_rank_does_not_slow_training(tmp_path):
+    """The same BSP run with 20 evaluations and with one, on an evaluator rank:
+    the wall times agree within 5%, and the evaluations hold what was read."""
+    common = ("--paradigm", "bsp", "--device-time", "20ms", "--iterations", "100", "--evaluator")
+    # 100 rounds of 4 x 16 samples are 4.45 epochs of digits: every 0.22 epochs is 20 points
+    many = train(6, tmp_path / "many", *common, "--eval-every", "0.22").log
+    one = train(6, tmp_path / "one", *common, "--eval-every", "100").log
+    for log in (many, one):
+        assert log.layout["evaluation"] == "evaluator" and log.layout["workers"] == 4
+        assert log.summary()["device_time_overruns"] == 0
+    ev = many.evaluations
+    assert len(ev) == 21 and len(one.evaluations) == 1   # the points, and the final one
+    assert (np.diff(ev["time"]) > 0).all() and (np.diff(ev["pushes"]) >= 0).all()
+    assert ev["pushes"][-1] == 400 and ev["steps"][-1] == 100
+    assert np.allclose(ev["epoch"], ev["pushes"] / (4 * many.layout["iterations_per_epoch"]))
+    ratio = many.wall_seconds / one.wall_seconds
+    assert abs(ratio - 1) <= 0.05, f"20 evaluations took {ratio:.3f}x the time of one"
