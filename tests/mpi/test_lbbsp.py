@@ -29,10 +29,12 @@ def finish_spreads(log, skip: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):
-    """The MLP on digits, X = 256 split over slowdowns 1,1,2,4, NARX predictor."""
+    """The MLP on digits, X = 256 split over slowdowns 1,1,2,4, NARX predictor.
+    Per-worker budget: the tests count every worker's push of every round; under
+    the global budget the last round is cut short (some workers get no samples)."""
     return train(5, tmp_path_factory.mktemp("lbbsp"), "--paradigm", "lbbsp", "--global-batch", "256",
                  "--slowdown", SLOW, "--predictor", "narx", "--epochs", "20", "--lr", "0.1",
-                 "--eval-every", "5").log
+                 "--eval-every", "5", "--budget", "per-worker").log
 
 
 def test_uneven_rounds_give_the_replayed_parameters_bit_for_bit(tmp_path):
