@@ -25,11 +25,11 @@ from mpips.checkpoint import CheckpointError, checkpoint_files, decode, read_che
 from mpips.log import RunLog
 from mpips.paradigms.base import MODE_ASP, SLOT_MODE
 
-RANKS = 4   # 1 server, 3 workers
+RANKS = 5   # 1 server, 3 workers, the evaluator (which takes part in every checkpoint)
 # BSP for the first 2% of the samples, then ASP: the checkpoint must keep the mode
 # 40 epochs: long enough that even an idle machine cannot finish before the kill lands
 FLAGS = ("--paradigm", "syncswitch", "--switch-at", "0.02", "--epochs", "40", "--slowdown", "1,1,2",
-         "--checkpoint-every", "0.5", "--log-flush-seconds", "0.2")
+         "--checkpoint-every", "0.5", "--log-flush-seconds", "0.2", "--evaluator")
 
 
 def _checkpoint_in_asp(run_dir) -> bool:
