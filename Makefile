@@ -14,7 +14,10 @@ export OMPI_MCA_osc := ^ucx
 MPIEXEC := $(VENV)/bin/mpiexec
 PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
 
-.PHONY: install demo test test-unit test-mpi test-slurm bench compare clean
+VENV_MPICH := .venv-mpich
+PY_MPICH := $(VENV_MPICH)/bin/python
+
+.PHONY: install demo test test-unit test-mpi test-slurm test-portability bench compare clean
 
 install: $(VENV)/.installed
 
@@ -31,7 +34,7 @@ demo: install
 	$(PY) -m mpips info runs/demo
 	$(PY) analysis/plot.py runs/demo -o runs/demo/figures
 
-test: install test-unit test-mpi test-slurm
+test: install test-unit test-mpi test-slurm test-portability
 
 test-unit: install
 	$(PYTEST) tests/unit
@@ -43,6 +46,19 @@ test-mpi: install
 
 test-slurm: install
 	$(PYTEST) tests/slurm
+
+# Other MPIs and the network path: a short job per paradigm under MPICH (its own
+# venv, torch pinned first) and under Open MPI with one-sided operations over TCP
+# (osc/rdma, btl tcp,self: the inter-node path). tests/portability/test_other_mpis.py
+test-portability: install $(VENV_MPICH)/.installed
+	MPIPS_PORTABILITY=mpich $(PY_MPICH) -m pytest -q -p no:pytest_mpi --timeout=300 --timeout-method=thread tests/portability
+	MPIPS_PORTABILITY=ompi-tcp $(PYTEST) -p no:pytest_mpi tests/portability
+
+$(VENV_MPICH)/.installed: setup.cfg pyproject.toml
+	test -x $(PY_MPICH) || $(PYTHON) -m venv $(VENV_MPICH)
+	$(PY_MPICH) -m pip install -q --disable-pip-version-check $(TORCH)
+	$(PY_MPICH) -m pip install -q --disable-pip-version-check mpich mpi4py -e '.[test]'
+	touch $@
 
 # Measured comparisons; each writes benchmarks/results/<name>.json and .md (benchmarks/README.md).
 bench: install

@@ -96,6 +96,28 @@ class Context:
             return self.total_samples / (self.iterations_per_epoch * self.paradigm.round_samples())
         return self.iterations / self.iterations_per_epoch
 
+    def wait_for_slot(self, row: int, pushed: int) -> float:
+        """Before `row` (a client of `store`) pushes again: wait until every
+        server has taken its `pushed` earlier pushes, so its gradient slot is
+        free (windows.ParameterStore). Gates that wait for a client's own
+        pushes to be applied make this wait nothing."""
+        from .windows import S
+
+        def taken():
+            return self.control.server_rows(self.control.read())[:, len(S) + row]
+
+        def describe():
+            ranks = self.store.server_ranks
+            if self.store.comm is not self.comm:   # ranks of a group's communicator
+                ranks = self.store.comm.Get_group().Translate_ranks(ranks, self.comm.Get_group())
+            counts = taken()
+            return "; ".join(f"server {s} = rank {ranks[s]} (took {int(counts[s])} of {pushed} pushes)"
+                             for s in np.flatnonzero(counts < pushed))
+
+        return self.wait(lambda: bool((taken() >= pushed).all()),
+                         what=f"{self.clients} {row}'s gradient slot for push {pushed + 1}",
+                         describe=describe)
+
     def epochs_of(self, pushes: int) -> float:
         return pushes / (self.epoch_pushes or self.layout.workers * self.iterations_per_epoch)
 

@@ -11,9 +11,11 @@ last push, it exchanges with the global servers and waits for nothing:
   compressed when configured) as the gradient -delta; the global servers'
   optimizer is SGD with learning rate 1 and nothing else, so whenever it
   arrives the global parameters move by +delta;
-- when its row shows every earlier delta applied, it pulls the global
-  parameters and continues from them (plus what they do not hold yet);
-  otherwise it keeps its own copy until the next exchange.
+- it pushes into its own slot on the global servers, which holds one delta:
+  it first waits until they took the previous one (they apply whatever
+  arrived, so this is short), and then, with every earlier delta applied,
+  pulls the global parameters and continues from them (plus what they do
+  not hold yet). `synced` is still checked and logged.
 
 Pushes landing in its gradient window meanwhile wait there for its next step.
 
@@ -119,6 +121,7 @@ class GroupServer(Server):
         self.since, self.forwarded = int(state["since"]), int(state["forwarded"])
         self.exchanges, self.flushed_epochs = int(state["exchanges"]), int(state["flushed_epochs"])
         self.exchange_times = [float(t) for t in state["exchange_times"]]
+        # a group done before the cut sent its final exchange then: not again
         self.sent_final = bool(state["sent_final"])
         self.speed_rank = int(state["speed_rank"])
         self.speed.load_state(state["speed"])
@@ -135,6 +138,8 @@ class GroupServer(Server):
     def exchange(self, *, final: bool) -> None:
         ctx, up = self.ctx, self.up
         t = time.perf_counter()
+        # its slot on the global servers holds one delta: the previous one taken first
+        up.wait_for_slot(self.g, self.forwarded)
         snap = up.control.read()
         rank = self._update_speed_rank(up.control.worker_rows(snap)[:, EPOCH_TIME])
         epochs = self.pushes // ctx.epoch_pushes
@@ -151,20 +156,22 @@ class GroupServer(Server):
         if synced:
             up.store.pull(self.pulled)
         payload = self.delta.take(flush=flush)
+        # A final exchange with no new worker push carries only the compressor's
+        # residual: it counts as one forwarded push, so the global servers apply it.
+        counted = self.since or int(final and compressor is not None)
+        slot = {"row": self.g, "number": self.forwarded + counted}   # the row's CLOCK after it
         if isinstance(payload, SparseGrad):
-            up.store.push_sparse(payload.indices, -payload.values)
+            up.store.push_sparse(payload.indices, -payload.values, **slot)
             sent = payload.nbytes
         else:
             np.negative(payload, out=self.neg)
-            up.store.push(self.neg)
+            up.store.push(self.neg, **slot)
             sent = 4 * payload.size
         self.delta.rebase(self.pulled if synced else None)
         if synced:
             ctx.store.publish()
         pushes, self.since = self.since, 0
-        # A final exchange with no new worker push carries only the compressor's
-        # residual: it counts as one forwarded push, so the global servers apply it.
-        self.forwarded += pushes or int(final and compressor is not None)
+        self.forwarded += counted
         self.sent_final = final
         self.exchanges += 1
         duration = time.perf_counter() - t

@@ -73,7 +73,7 @@ def run_gssp(ctx: Context, flat: FlatModel, data):
         i for i, m in enumerate(groups) if ctx.index in m)
     members = groups[g]
     comm = ctx.comm.Split(g, 0 if ctx.role == GROUP_SERVER else 1 + ctx.rank)
-    store = ParameterStore(comm, [0], flat.n)
+    store = ParameterStore(comm, [0], flat.n, clients=members, sparse=cfg.compressor != "none")
     control = ControlTable(comm, 0, layout.workers, 1)
     group = dataclasses.replace(ctx, store=store, control=control,
                                 epoch_pushes=len(members) * ctx.iterations_per_epoch,

@@ -166,7 +166,8 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     segment = checkpointer.segment
 
     role_comm = comm.Split(color={SERVER: 0, WORKER: 2, EVALUATOR: 3}.get(role, 1), key=rank)
-    store = ParameterStore(comm, layout.server_ranks, flat.n)
+    store = ParameterStore(comm, layout.server_ranks, flat.n, clients=layout.clients,
+                           sparse=config.compressor != "none")
     control = ControlTable(comm, layout.server_ranks[0], layout.clients, layout.servers)
     t0 = comm.bcast(time.time() if rank == 0 else None)
     comm.Barrier()  # run_dir exists before anyone opens a file in it

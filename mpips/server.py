@@ -98,8 +98,8 @@ class Server:
                               coordinator=self.s == 0)
 
     def apply(self, view, waited: float) -> None:
-        """Take every gradient counted in `view` (and maybe parts of later
-        ones, which a later take then does not see again) and step once."""
+        """Take every push counted in `view` (each client's slot holds at
+        most one, summed in client order) and step once."""
         ctx = self.ctx
         t = time.perf_counter()
         target = view.clocks.copy()
@@ -112,7 +112,7 @@ class Server:
             self.skip(target, rejected, new)
             return
         self.rejected = rejected
-        ctx.store.take_gradient(self.grad)
+        ctx.store.take_gradient(self.grad, target, self.consumed)
         lr, momentum = ctx.paradigm.server_step(self.opt.scheduled_lr(ctx.epochs_of(self.pushes)),
                                                 ctx.config.momentum, view)
         self.opt.set_momentum(momentum)

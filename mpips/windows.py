@@ -2,7 +2,7 @@
 
 Two classes, each owning its windows (after mpi4py.util.sync): the
 `ParameterStore` (the flat float32 parameters, sharded over the servers, and
-a gradient window per server that workers `Accumulate` into) and the
+on each server one gradient slot per worker that the worker `Put`s into) and the
 `ControlTable` (a small float64 table on server 0 of per-worker and
 per-server counters). All windows are made with `Win.Allocate` (ENVIRONMENT.md:
 `Win.Create` does not progress) and every rank holds one `Lock_all` epoch on
@@ -41,28 +41,61 @@ def shard_bounds(n: int, servers: int) -> list[tuple[int, int]]:
 
 
 class ParameterStore:
-    """The flat parameter vector, sharded; pull with `Get`, push with `Accumulate`.
+    """The flat parameter vector, sharded; pull with `Get`, push with `Put`
+    into the pusher's own gradient slot.
 
     Collective over `comm`: every rank constructs it; only ranks in
-    `server_ranks` hold memory. Workers call `pull`/`push`; a server applies
-    with `take_gradient` and writes `shard` in place.
+    `server_ranks` hold memory. Each server holds one gradient slot per
+    client row (`clients`: a count, or the row numbers that push, in order)
+    and a push number per slot. A client `push`es into its slot with `Put`
+    (no accumulate, no lock shared with other clients), then writes the
+    slot's push number and order key; a server `take_gradient`s by summing
+    the slots that hold unapplied pushes in the order of their keys (a
+    worker's key is where its batch starts in the global sample stream:
+    which worker claimed which batch of a BSP round depends on timing, the
+    set of batches does not), then of their rows, so a sum never depends on
+    arrival order (a BSP round is bit-reproducible) and taking is exact
+    (no (x + g) - x). A slot holds one push: before pushing again a client
+    waits until every server has taken its earlier pushes
+    (`Context.wait_for_slot`); that is the flow control of asynchronous
+    paradigms, and memory stays at one shard per client per server.
+
+    `sparse`: clients may `push_sparse` (top-k): a server then zeroes each
+    slot after taking it, so a sparse `Put` lands on zeros.
     """
 
-    def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int):
+    def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
+                 clients=None, sparse: bool = False):
         self.comm = comm
         self.server_ranks = list(server_ranks)
         self.n = n
         self.bounds = shard_bounds(n, len(server_ranks))
+        if clients is None:
+            clients = comm.Get_size() - len(self.server_ranks)
+        self.rows = list(range(clients)) if isinstance(clients, (int, np.integer)) else [int(r) for r in clients]
+        self._slot_of = {row: k for k, row in enumerate(self.rows)}
+        self.sparse = sparse
         rank = comm.Get_rank()
         mine = self.server_ranks.index(rank) if rank in self.server_ranks else None
         count = self.bounds[mine][1] - self.bounds[mine][0] if mine is not None else 0
+        self.count = count
+        slots = len(self.rows) if mine is not None else 0
         self.shard_index = mine
         self._param_win, self.shard = _allocate(comm, count, np.float32)
-        self._grad_win, self._grad_mem = _allocate(comm, count, np.float32)
-        comm.Barrier()  # every shard is zeroed before anyone can push into it
-        self._param_win.Lock_all()
-        self._grad_win.Lock_all()
-        self._neg = np.empty(count, np.float32)
+        self._grad_win, grad_mem = _allocate(comm, slots * count, np.float32)
+        self._slots = grad_mem.reshape(slots, count)
+        self._head_win, heads = _allocate(comm, 2 * slots, np.int64)
+        self._heads = heads.reshape(slots, 2)    # per slot: push number, order key
+        comm.Barrier()  # every slot is zeroed before anyone can push into it
+        for win in (self._param_win, self._grad_win, self._head_win):
+            win.Lock_all()
+        self._head = np.zeros(2, np.int64)
+
+    def slot(self, row: int) -> int:
+        try:
+            return self._slot_of[row]
+        except KeyError:
+            raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
 
     # worker side ------------------------------------------------------------
     def pull(self, out: np.ndarray) -> None:
@@ -72,62 +105,108 @@ class ParameterStore:
                 self._param_win.Get([out[lo:hi], MPI.FLOAT], rank, (0, hi - lo, MPI.FLOAT))
         self._param_win.Flush_all()
 
-    def push(self, grad: np.ndarray) -> None:
-        """Add `grad` (float32, length n) into the servers' gradient windows."""
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
+        """Put `grad` (float32, length n) into row's slot on every server, as
+        its push `number` (the row's clock once this push is counted), to be
+        summed in the order of `key`, then of rows. The slot must be free
+        (every server took the row's earlier pushes)."""
+        k = self.slot(row)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
-                self._grad_win.Accumulate([grad[lo:hi], MPI.FLOAT], rank,
-                                          (0, hi - lo, MPI.FLOAT), MPI.SUM)
+                self._grad_win.Put([grad[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
         self._grad_win.Flush_all()
+        self._announce(k, number, key)
 
-    def push_sparse(self, indices: np.ndarray, values: np.ndarray) -> None:
-        """Add values at global `indices` (sorted, int) only: an indexed target
-        datatype sends the k values, not a dense vector of zeros."""
+    def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
+                    key: int = 0) -> None:
+        """Put values at global `indices` (sorted, int) only, into a slot of
+        zeros (`sparse=True`): an indexed target datatype sends the k values,
+        not a dense vector of zeros."""
+        if not self.sparse:
+            raise RuntimeError("push_sparse into a ParameterStore made without sparse=True")
+        k = self.slot(row)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
             if b > a:
-                local = (indices[a:b] - lo).astype(np.int32)
+                local = (indices[a:b] - lo + k * (hi - lo)).astype(np.int32)
                 dtype = MPI.FLOAT.Create_indexed_block(1, local).Commit()
-                self._grad_win.Accumulate([values[a:b], MPI.FLOAT], rank, (0, 1, dtype), MPI.SUM)
+                self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
+                                   rank, (0, 1, dtype))
                 self._grad_win.Flush(rank)
                 dtype.Free()
+        self._announce(k, number, key)
+
+    def _announce(self, k: int, number: int, key: int) -> None:
+        """The slot's push number and key, after its data is complete at
+        every server (a server sums a slot only when its number is the row's clock)."""
+        self._head[:] = number, key
+        for rank in self.server_ranks:
+            self._head_win.Put([self._head, MPI.INT64_T], rank, (2 * k, 2, MPI.INT64_T))
+        self._head_win.Flush_all()
 
     # server side ------------------------------------------------------------
-    def take_gradient(self, out: np.ndarray) -> None:
-        """Move what has been pushed to this server into `out`, exactly.
+    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
+        """Sum into `out` the pushes counted in `clocks` and not in `consumed`
+        (per row of the control table), in the order of their keys, then
+        rows; returns how many.
 
-        Reads with Get_accumulate(NO_OP) and subtracts what it read with
-        Accumulate(SUM): both are compatible with concurrent pushes (MPI's
-        default accumulate_ops=same_op_no_op), so a push landing meanwhile
-        stays in the window for the next take instead of being lost.
+        A row's slot holds its latest push, numbered with the clock that
+        counts it (a worker's clock counts pushes; a GSSP group server's
+        counts the worker pushes a delta carries). A counted push whose slot
+        does not hold its number was never written (rejected, NaN/Inf) and
+        adds nothing. Called with the clocks read after the pushes were
+        flushed (a client ticks after pushing).
         """
-        rank = self.comm.Get_rank()
-        count = len(self.shard)
-        if not count:
-            return
-        self._grad_win.Get_accumulate([self._neg, MPI.FLOAT], [out, MPI.FLOAT], rank, (0, count, MPI.FLOAT), MPI.NO_OP)
-        self._grad_win.Flush(rank)
-        np.negative(out, out=self._neg)
-        self._grad_win.Accumulate([self._neg, MPI.FLOAT], rank, (0, count, MPI.FLOAT), MPI.SUM)
-        self._grad_win.Flush(rank)
+        if not self.count:
+            return 0
+        self._head_win.Sync()
+        self._grad_win.Sync()
+        written = []
+        for row in np.flatnonzero(np.asarray(clocks) > np.asarray(consumed)):
+            k = self.slot(int(row))
+            number, key = self._heads[k]
+            if number == int(clocks[row]):   # else rejected: never written
+                written.append((int(key), int(row), k))
+        written.sort()
+        summed = 0
+        for _, _, k in written:
+            if summed:
+                np.add(out, self._slots[k], out=out)
+            else:
+                np.copyto(out, self._slots[k])
+            summed += 1
+            if self.sparse:
+                self._slots[k] = 0
+        if not summed:
+            out[:] = 0
+        if self.sparse:
+            self._grad_win.Sync()
+        return summed
 
     def publish(self) -> None:
         """Make local writes to `shard` visible to remote Gets."""
         self._param_win.Sync()
 
-    def pending(self) -> np.ndarray:
-        """A copy of what was pushed to this server and not taken yet. For a
-        checkpoint, taken while no push is in flight."""
+    def pending(self) -> dict:
+        """A copy of the slots and their push numbers (a server's slots hold
+        what was pushed to it and not taken yet). For a checkpoint, taken
+        while no push is in flight."""
         self._grad_win.Sync()
-        return self._grad_mem.copy()
+        self._head_win.Sync()
+        return {"slots": self._slots.copy(), "heads": self._heads.copy()}
 
-    def restore_pending(self, values: np.ndarray) -> None:
+    def restore_pending(self, state: dict) -> None:
         """Put back `pending()` of a checkpoint, before anyone pushes."""
-        self._grad_mem[:] = values
+        if not isinstance(state, dict) or set(state) != {"slots", "heads"}:
+            raise ValueError("the checkpoint's pending gradient is not per-worker slots "
+                             "(written by an mpips before exact pushes): start the run afresh")
+        self._slots[:] = state["slots"]
+        self._heads[:] = state["heads"]
         self._grad_win.Sync()
+        self._head_win.Sync()
 
     def free(self) -> None:
-        for win in (self._param_win, self._grad_win):
+        for win in (self._param_win, self._grad_win, self._head_win):
             win.Unlock_all()
             win.Free()
 

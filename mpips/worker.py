@@ -153,7 +153,7 @@ class Worker:
                 if ratio is not None:
                     self.compressor.set_ratio(*ratio)
             # The residual goes out in full at every epoch end and with the last push.
-            sent = self._send(grad, epoch_end=batch.flush)
+            sent = self._send(grad, epoch_end=batch.flush, key=batch.start)
             self.samples += batch.size
         push_time = time.perf_counter() - t
         event = ctx.paradigm.measured(i, clock=self.clock, batch=batch.size, compute=compute)
@@ -207,10 +207,16 @@ class Worker:
         flat.grads_to_host()
         return float(loss.detach()), time.perf_counter() - t
 
-    def _send(self, grad: np.ndarray, *, epoch_end: bool) -> int:
-        """Push `grad`, compressed if configured; returns the payload bytes."""
+    def _send(self, grad: np.ndarray, *, epoch_end: bool, key: int = 0) -> int:
+        """Push `grad`, compressed if configured, into this worker's slot on
+        the servers, once they took its earlier pushes; returns the payload bytes."""
+        ctx = self.ctx
+        ctx.wait_for_slot(self.i, self.clock)
+        # numbered with the clock that will count it; servers sum by where the
+        # batch starts in the global stream (-1 under a per-worker budget: by worker)
+        slot = {"row": self.i, "number": self.clock + 1, "key": key}
         if self.compressor is None:
-            self.ctx.store.push(grad)
+            ctx.store.push(grad, **slot)
             return self.dense_bytes
         payload = self.compressor.compress(grad)
         if epoch_end:
@@ -218,9 +224,9 @@ class Worker:
             payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
             payload = payload + self.compressor.flush()
         if isinstance(payload, np.ndarray):
-            self.ctx.store.push(payload)
+            ctx.store.push(payload, **slot)
             return self.dense_bytes
-        self.ctx.store.push_sparse(payload.indices, payload.values)
+        ctx.store.push_sparse(payload.indices, payload.values, **slot)
         return int(payload.nbytes)
 
     def _distance_moved(self) -> float:

@@ -42,20 +42,42 @@ def _checkpoint_in_asp(run_dir) -> bool:
     return bool(ranks) and decode(*ranks[0])["control"][SLOT_MODE] == MODE_ASP
 
 
-def _kill_after_a_checkpoint(run_dir, timeout=120) -> None:
-    """Start the job; once a checkpoint was taken in ASP mode and training
-    went on a little, SIGKILL mpiexec and every rank (a node lost)."""
+def _newest_clocks(run_dir):
+    """The worker clocks of the newest checkpoint (None while there is none)."""
+    files = checkpoint_files(str(run_dir))
+    try:
+        return read_checkpoint(files[-1])[0]["clocks"] if files else None
+    except CheckpointError:
+        return None   # pruned while we read it
+
+
+def _logged_beyond(run_dir, clocks) -> int:
+    """Iterations the rank files hold (flushed) at or past `clocks`."""
+    try:
+        rows = _segment_rows(run_dir, 0)
+    except (OSError, KeyError, ValueError):
+        return 0   # a file being created, or nothing flushed yet
+    return int((rows["iteration"] >= np.asarray(clocks)[rows["worker"]]).sum())
+
+
+def _kill_after_a_checkpoint(run_dir, timeout=120) -> bool:
+    """Start the job; once a checkpoint was taken in ASP mode and the log
+    holds work done after the newest checkpoint, SIGKILL mpiexec and every
+    rank (a node lost). True if no checkpoint landed between that look and
+    the kill, so that the resumed job has work to leave out."""
     cmd = [MPIEXEC, "-n", str(RANKS), sys.executable, "-m", "mpips", "train",
            "--run-dir", str(run_dir), "--stall-timeout", "60", *FLAGS]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          env={**os.environ, **MPI_ENV})
     try:
         deadline = time.monotonic() + timeout
-        while not _checkpoint_in_asp(run_dir):
-            assert p.poll() is None, f"job ended ({p.returncode}) before a checkpoint in ASP mode"
-            assert time.monotonic() < deadline, "no checkpoint in ASP mode written"
-            time.sleep(0.05)
-        time.sleep(0.3)   # work on, some of it flushed to the log: lost on resume
+        while True:
+            assert p.poll() is None, f"job ended ({p.returncode}) before the kill"
+            assert time.monotonic() < deadline, "no checkpoint in ASP mode with work logged after it"
+            clocks = _newest_clocks(run_dir)
+            if clocks is not None and _checkpoint_in_asp(run_dir) and _logged_beyond(run_dir, clocks):
+                break
+            time.sleep(0.02)
     finally:
         try:
             procs = [psutil.Process(p.pid)]
@@ -70,14 +92,21 @@ def _kill_after_a_checkpoint(run_dir, timeout=120) -> None:
         psutil.wait_procs(procs, timeout=30)
         p.wait()
     assert RunLog(str(run_dir)).status != "finished", "the job finished before the kill"
+    return _newest_clocks(run_dir) == clocks
 
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
     """The killed run, a copy of it as it was, and the job that resumed it."""
     base = tmp_path_factory.mktemp("checkpoint")
-    run = base / "run"
-    _kill_after_a_checkpoint(run)
+    for attempt in range(3):
+        # a checkpoint every 0.5 s may land between the look at the log and the
+        # kill; then the cut has nothing after it: kill a fresh run instead
+        run = base / f"run{attempt}"
+        if _kill_after_a_checkpoint(run):
+            break
+    else:
+        pytest.fail("three kills in a row landed just after a checkpoint")
     copy = base / "copy"
     shutil.copytree(run, copy)
     job = train(RANKS, run, *FLAGS)
@@ -131,7 +160,8 @@ def test_work_lost_after_the_checkpoint_is_left_out(resumed):
     cut = job.log.events("segment")[-1]
     rows = _segment_rows(run, 0)
     lost = rows["iteration"] >= np.asarray(cut["clocks"])[rows["worker"]]
-    # how much was lost depends on when the kill landed (possibly nothing)
+    # the kill came after work was logged past the cut (the fixture made sure)
+    assert lost.sum() > 0
     assert job.log.redone["iterations"] == int(lost.sum())
     print(f"iterations lost after the checkpoint and redone: {int(lost.sum())}")
 

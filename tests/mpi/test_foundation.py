@@ -1,31 +1,68 @@
-"""The foundation under real MPI: BSP's oracle, SSP's bound, ASP, accuracy, no hangs."""
+"""The foundation under real MPI: BSP bit for bit, SSP's bound, ASP, accuracy, no hangs."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from conftest import assert_each_sample_once, train, uneven_sgd_oracle
+import torch
+
+from conftest import (assert_each_sample_once, even_rounds, one_round_float_bound, replayed_run,
+                      train, uneven_sgd_oracle)
 from mpips.config import load
 
 
-def sgd_oracle(config, workers: int, rounds: int) -> np.ndarray:
-    """One process, SGD on the concatenation of the workers' equal batches each round."""
-    return uneven_sgd_oracle(config, np.full((rounds, workers), config.batch_size))
+BSP_FLAGS = ["--paradigm", "bsp", "--batch-size", "16", "--iterations", "20", "--lr", "0.1",
+             "--momentum", "0.9", "--seed", "3"]
 
 
-@pytest.mark.parametrize("servers", [1, 2])
-def test_bsp_equals_single_process_sgd(tmp_path, servers):
-    flags = ["--paradigm", "bsp", "--servers", str(servers), "--batch-size", "16",
-             "--iterations", "20", "--lr", "0.1", "--momentum", "0.9", "--seed", "3"]
-    job = train(servers + 4, tmp_path / "run", *flags)
-    got = job.log.final_params()
-    expected = sgd_oracle(load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3}), 4, 20)
-    assert got.shape == expected.shape
-    diff = np.abs(got - expected).max()
-    assert diff < 1e-5, f"BSP differs from single-process SGD by {diff}"
-    # and it really trained: the parameters moved far more than the tolerance
-    initial = sgd_oracle(load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3}), 4, 0)
-    assert np.abs(got - initial).max() > 1000 * 1e-5
+def bsp_config():
+    return load(overrides={"lr": 0.1, "momentum": 0.9, "seed": 3, "workers": 4})
+
+
+def test_two_bsp_runs_give_the_replayed_parameters_bit_for_bit(tmp_path):
+    # 2 servers; the slowdowns make the workers' pushes arrive, and their
+    # batches get claimed from the global stream, in different orders in the
+    # two runs. Servers sum the slots by where each batch starts in the
+    # stream: the runs agree bit for bit, with each other and with the
+    # one-process replay of 20 rounds of 4 x 16 samples.
+    logs = [train(6, tmp_path / f"run{k}", *BSP_FLAGS, "--servers", "2", "--slowdown", slow).log
+            for k, slow in enumerate(["1,1,2,4", "4,2,1,1"])]
+    for log in logs:
+        assert_each_sample_once(log)
+    owners = [log.iterations["worker"][np.argsort(log.iterations["sample"])] for log in logs]
+    assert not np.array_equal(*owners), "both runs claimed the same batches for the same workers"
+    expected = replayed_run(bsp_config(), even_rounds(bsp_config(), np.full((20, 4), 16)))
+    np.testing.assert_array_equal(logs[0].final_params(), logs[1].final_params())
+    np.testing.assert_array_equal(logs[0].final_params(), expected)
+    # and it really trained
+    initial = replayed_run(bsp_config(), [])
+    assert np.abs(expected - initial).max() > 0.01
+
+
+def test_bsp_with_a_per_worker_budget_gives_the_replayed_parameters(tmp_path):
+    # each worker reads its own shard: the servers sum the slots in worker order
+    log = train(6, tmp_path / "run", *BSP_FLAGS, "--servers", "2", "--slowdown", "1,1,2,4",
+                "--budget", "per-worker").log
+    config = load(overrides={**bsp_config().to_dict(), "budget": "per-worker"})
+    np.testing.assert_array_equal(log.final_params(),
+                                  replayed_run(config, even_rounds(config, np.full((20, 4), 16))))
+
+
+@pytest.mark.parametrize("budget", ["global", "per-worker"])
+@pytest.mark.parametrize("batch", [(16, 16, 16, 16), (100, 60, 30, 66)])
+def test_a_replayed_round_is_sgd_on_the_concatenated_batch(batch, budget):
+    """The replay (what the runtime computes) against PARADIGMS.md's
+    definition of a round, exact SGD on all W batches at once (float64):
+    within a bound derived from float32 rounding (conftest.one_round_float_bound)."""
+    config = load(overrides={**bsp_config().to_dict(), "budget": budget})
+    batches = np.array([batch])
+    got = replayed_run(config, even_rounds(config, batches))
+    exact = uneven_sgd_oracle(config, batches, torch.float64)
+    bound = one_round_float_bound(config, batches)
+    excess = np.abs(got - exact) - bound
+    assert excess.max() <= 0, f"{(excess > 0).sum()} parameters beyond the float bound"
+    initial = replayed_run(config, [])
+    assert (np.abs(exact - initial) > 10 * bound).mean() > 0.5   # the step dwarfs the bound
 
 
 @pytest.fixture(scope="module")

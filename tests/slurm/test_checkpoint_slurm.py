@@ -1,6 +1,6 @@
 """Preemption on a real Slurm: a running job sent USR1 writes a checkpoint,
-exits 3, is requeued, resumes from the checkpoint and finishes as well as a
-run that was never interrupted (see conftest.py for the cluster)."""
+exits 3, is requeued, resumes from the checkpoint and ends with the same
+parameters as a run that was never interrupted (see conftest.py for the cluster)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +12,7 @@ from mpips.log import RunLog
 from conftest import wait_for_line
 
 REPO = Path(__file__).resolve().parents[2]
-# BSP: the same model whatever the timing, so the two runs can be compared closely.
+# BSP: the same model whatever the timing, so the two runs can be compared bit for bit.
 SETTINGS = {"MPIPS_EPOCHS": "6", "MPIPS_WORKERS": "2", "MPIPS_ARGS": "--budget per-worker"}
 
 
@@ -48,12 +48,9 @@ def test_preempted_job_resumes_from_its_checkpoint(slurm, tmp_path):
         assert np.sort(it["iteration"][it["worker"] == w]).tolist() == list(range(n))
         assert np.sort(it["clock"][it["worker"] == w]).tolist() == list(range(n))
         assert cut["clocks"][w] == checkpoint["clocks"][w]
-    # as good as the uninterrupted run
-    final, ref_final = log.summary()["final_accuracy"], ref_log.summary()["final_accuracy"]
-    assert abs(final - ref_final) <= 0.02, (final, ref_final)
-    # closer still: the checkpoint held everything (momentum, pending pushes,
-    # data positions), so two workers' BSP rounds replay the same sums
-    drift = float(np.abs(log.final_params() - ref_log.final_params()).max())
-    print(f"final accuracy {final:.4f} (uninterrupted {ref_final:.4f}); "
-          f"largest parameter difference {drift:.2e}")
-    assert drift <= 1e-5
+    # the same run as the uninterrupted one, bit for bit: the checkpoint held
+    # everything (momentum, pending slots, data positions), and servers sum the
+    # two workers' slots in worker order, so a BSP round's sum does not depend on
+    # which push arrived first
+    np.testing.assert_array_equal(log.final_params(), ref_log.final_params())
+    assert log.summary()["final_accuracy"] == ref_log.summary()["final_accuracy"]

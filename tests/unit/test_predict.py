@@ -99,6 +99,24 @@ def test_make_predictor():
     assert e.value.field == "predictor" and "narx" in str(e.value)
 
 
-def test_utilisation_is_a_fraction():
-    cpu, mem = utilisation()
-    assert 0.0 <= cpu <= 1.0 and 0.0 <= mem <= 1.0
+@pytest.mark.parametrize("cpu_percent, mem_percent, expected", [
+    (42.5, 61.0, (0.425, 0.61)),                   # psutil's percentages as fractions
+    (150.0, -3.0, (1.0, 0.0)),                     # out-of-range readings clamped
+    (float("nan"), float("inf"), (0.0, 0.0)),      # a missing reading counts as idle
+])
+def test_utilisation_is_psutils_reading_as_a_fraction(monkeypatch, cpu_percent, mem_percent, expected):
+    import types
+
+    import psutil
+
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: cpu_percent)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(percent=mem_percent))
+    assert utilisation() == pytest.approx(expected)
+
+
+def test_utilisation_reads_this_machine():
+    import psutil
+
+    _, mem = utilisation()
+    assert mem == pytest.approx(psutil.virtual_memory().percent / 100, abs=0.05)
+    assert mem > 0   # something is in memory: this process

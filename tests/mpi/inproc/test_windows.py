@@ -1,55 +1,234 @@
-"""The RMA windows under mpiexec -n 4 (pytest --with-mpi): exact concurrent pushes.
+"""The RMA windows under mpiexec -n 4 (pytest --with-mpi): exact, order-independent pushes.
 
-One body runs under COMM_WORLD: rank 0 serves, the others push at once.
+One body runs under COMM_WORLD: the first ranks serve, the others push.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
 
-from mpips.windows import ControlTable, ParameterStore
+from mpips.windows import S, ControlTable, ParameterStore
 
 N = 100_003          # not a multiple of anything: uneven shards
 K = 40               # pushes per worker
 
 
-def known_vector(rank: int) -> np.ndarray:
-    # Small integers: float32 sums of them are exact, so "exact" means exact.
-    return ((np.arange(N) % 7) + rank).astype(np.float32)
+def push_vector(row: int, number: int) -> np.ndarray:
+    # Arbitrary floats: a sum of them depends on its order, so "exact" means
+    # the one order the store promises (rows ascending).
+    return np.random.default_rng([row, number]).standard_normal(N).astype(np.float32)
+
+
+def row_order_sum(vectors: list[np.ndarray]) -> np.ndarray:
+    out = vectors[0].copy()
+    for v in vectors[1:]:
+        out += v
+    return out
+
+
+def taken_column(table: ControlTable, row: int) -> int:
+    return len(S) + row
+
+
+def wait(cond, what: str, timeout: float = 60.0) -> None:
+    start = time.monotonic()
+    while not cond():
+        assert time.monotonic() - start < timeout, what
+        time.sleep(1e-4)
 
 
 @pytest.mark.mpi(min_size=3)
 @pytest.mark.parametrize("servers", [1, 2])
-def test_concurrent_pushes_sum_exactly(servers):
+def test_pushes_sum_in_row_order_whatever_the_arrival_order(servers):
+    """Workers push one float vector each, in a different order each time;
+    the take is bit-identical to the row-order sum every time."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    if size - servers < 1:
-        pytest.skip("needs a worker")
-    store = ParameterStore(comm, list(range(servers)), N)
-    workers = range(servers, size)
-    total = np.zeros(len(store.shard), np.float32)
-    if rank in workers:
-        g = known_vector(rank)
-        for _ in range(K):
-            store.push(g)
+    workers = size - servers
+    store = ParameterStore(comm, list(range(servers)), N, clients=workers)
+    rounds = 4
+    for r in range(rounds):
+        order = np.random.default_rng(r).permutation(workers)   # the arrival order of round r
+        for turn, row in enumerate(order):
+            if rank == servers + row:
+                store.push(push_vector(row, r + 1), row=row, number=r + 1)
+            comm.Barrier()   # one push at a time, in this round's order
+        if store.shard_index is not None:
+            out = np.empty(store.count, np.float32)
+            clocks, consumed = np.full(workers, r + 1), np.full(workers, r)
+            assert store.take_gradient(out, clocks, consumed) == workers
+            lo, hi = store.bounds[store.shard_index]
+            expected = row_order_sum([push_vector(j, r + 1)[lo:hi] for j in range(workers)])
+            np.testing.assert_array_equal(out, expected)
+            # and the check above has teeth: with 3 or more terms, another
+            # order gives another float sum
+            backwards = row_order_sum([push_vector(j, r + 1)[lo:hi] for j in reversed(range(workers))])
+            assert workers < 3 or not np.array_equal(backwards, expected)
+        comm.Barrier()
+    store.free()
+
+
+@pytest.mark.mpi(min_size=3)
+def test_keys_order_the_sum_before_rows():
+    """Keys (where a worker's batch starts in the global stream) decide the
+    order: the same batches claimed by other workers sum the same."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    workers = size - 1
+    store = ParameterStore(comm, [0], N, clients=workers)
+    sums = []
+    for r, owners in enumerate([list(range(workers)), list(reversed(range(workers)))]):
+        # batch b (key 16 * b) is pushed by worker owners[b]
+        for b, row in enumerate(owners):
+            if rank == 1 + row:
+                store.push(push_vector(99, b), row=row, number=r + 1, key=16 * b)
+        comm.Barrier()
+        if rank == 0:
+            out = np.empty(N, np.float32)
+            assert store.take_gradient(out, np.full(workers, r + 1), np.full(workers, r)) == workers
+            sums.append(out.copy())
+        comm.Barrier()
+    if rank == 0:
+        np.testing.assert_array_equal(sums[0], sums[1])
+        np.testing.assert_array_equal(sums[0], row_order_sum([push_vector(99, b) for b in range(workers)]))
+    store.free()
+
+
+@pytest.mark.mpi(min_size=3)
+@pytest.mark.parametrize("servers", [1, 2])
+def test_concurrent_flow_controlled_pushes_are_taken_exactly(servers):
+    """Workers push K times as fast as their slots allow while servers take:
+    every take equals the row-order sum of exactly the pushes it counted."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    workers = size - servers
+    store = ParameterStore(comm, list(range(servers)), N, clients=workers)
+    table = ControlTable(comm, 0, workers, servers)
+    if rank >= servers:
+        row = rank - servers
+        for c in range(K):
+            wait(lambda: (table.server_rows(table.read())[:, taken_column(table, row)] >= c).all(),
+                 "slot never freed")
+            store.push(push_vector(row, c + 1), row=row, number=c + 1)
+            table.write(table.worker_offset(row), [c + 1])   # the clock, after the push
     else:
-        # Take while pushes land, so takes race with accumulates.
-        buf = np.zeros_like(total)
-        for _ in range(200):
-            store.take_gradient(buf)
-            total += buf
+        s = rank
+        lo, hi = store.bounds[s]
+        consumed = np.zeros(workers, np.int64)
+        out = np.empty(store.count, np.float32)
+        takes = 0
+        while (consumed < K).any():
+            clocks = table.worker_rows(table.read())[:, 0].astype(np.int64)
+            if not (clocks > consumed).any():
+                time.sleep(1e-4)
+                continue
+            n = store.take_gradient(out, clocks, consumed)
+            counted = [j for j in range(workers) if clocks[j] > consumed[j]]
+            assert n == len(counted)
+            expected = row_order_sum([push_vector(j, int(clocks[j]))[lo:hi] for j in counted])
+            np.testing.assert_array_equal(out, expected)
+            consumed = clocks
+            table.write(table.server_offset(s, len(S)), consumed)
+            takes += 1
+        assert takes >= K   # no worker got more than one push into a take
     comm.Barrier()
-    if rank not in workers:
-        buf = np.zeros_like(total)
-        store.take_gradient(buf)
-        total += buf
-        lo, hi = store.bounds[rank]
-        expected = sum(K * known_vector(r)[lo:hi] for r in workers)
-        np.testing.assert_array_equal(total, expected)
-        store.take_gradient(buf)
-        assert not buf.any(), "the window is empty after taking everything"
+    table.free()
+    store.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_counted_push_never_written_adds_nothing():
+    """A rejected push (the clock ticks, the slot is not written) is skipped:
+    the slot's older push is not applied again."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    workers = size - 1
+    store = ParameterStore(comm, [0], N, clients=workers)
+    if rank == 1:
+        store.push(push_vector(0, 1), row=0, number=1)
+    comm.Barrier()
+    if rank == 0:
+        out = np.empty(N, np.float32)
+        clocks = np.zeros(workers, np.int64)
+        clocks[0] = 1
+        assert store.take_gradient(out, clocks, np.zeros(workers, np.int64)) == 1
+        np.testing.assert_array_equal(out, push_vector(0, 1))
+        clocks[0] = 2   # push 2 rejected: counted, never written
+        assert store.take_gradient(out, clocks, clocks - 1 + (np.arange(workers) != 0)) == 0
+        assert not out.any()
+    comm.Barrier()
+    store.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_sparse_pushes_land_on_a_zeroed_slot():
+    """A sparse store zeroes a slot once taken: a dense push then a sparse one
+    sum to the sparse values only."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    servers = min(2, comm.Get_size() - 1)
+    workers = comm.Get_size() - servers
+    store = ParameterStore(comm, list(range(servers)), N, clients=workers, sparse=True)
+    idx = np.array([0, 5, N // 2, N - 1])
+    vals = np.array([1.5, -2.25, 3.0, 0.125], np.float32)
+    out = np.empty(store.count, np.float32)
+    clocks, consumed = np.zeros(workers, np.int64), np.zeros(workers, np.int64)
+    for number, sparse in ((1, False), (2, True)):
+        if rank == servers:
+            if sparse:
+                store.push_sparse(idx, vals, row=0, number=number)
+            else:
+                store.push(push_vector(0, number), row=0, number=number)
+        comm.Barrier()
+        clocks[0] = number
+        if store.shard_index is not None:
+            assert store.take_gradient(out, clocks, consumed) == 1
+            lo, hi = store.bounds[store.shard_index]
+            if sparse:
+                expected = np.zeros(N, np.float32)
+                expected[idx] = vals
+            else:
+                expected = push_vector(0, number)
+            np.testing.assert_array_equal(out, expected[lo:hi])
+        consumed[0] = number
+        comm.Barrier()
+    store.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_pending_slots_round_trip():
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    workers = comm.Get_size() - 1
+    store = ParameterStore(comm, [0], N, clients=workers)
+    if rank == 1:
+        store.push(push_vector(0, 1), row=0, number=1)
+    comm.Barrier()
+    if rank == 0:
+        saved = store.pending()
+        np.testing.assert_array_equal(saved["slots"][0], push_vector(0, 1))
+        assert saved["heads"][:, 0].tolist() == [1] + [0] * (workers - 1)
+        store.restore_pending({"slots": np.zeros_like(saved["slots"]), "heads": np.zeros((workers, 2), np.int64)})
+        store.restore_pending(saved)
+        out = np.empty(N, np.float32)
+        clocks = np.zeros(workers, np.int64)
+        clocks[0] = 1
+        assert store.take_gradient(out, clocks, np.zeros(workers, np.int64)) == 1
+        np.testing.assert_array_equal(out, push_vector(0, 1))
     comm.Barrier()
     store.free()
 
@@ -86,3 +265,40 @@ def test_control_table_fetch_and_add_is_atomic():
     assert table.read()[slot] == 100 * comm.Get_size()
     comm.Barrier()
     table.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
+    """A push whose earlier one no server took yet waits (flow control), and
+    after stall_timeout fails naming the server and its count."""
+    from mpi4py import MPI
+
+    from mpips.config import load
+    from mpips.context import Context
+    from mpips.layout import Layout
+    from mpips.wait import StallError
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    workers = size - 1
+    store = ParameterStore(comm, [0], N, clients=workers)
+    table = ControlTable(comm, 0, workers, 1)
+    ctx = Context(config=load(overrides={"stall_timeout": 0.3, "stall_warn": 100.0}),
+                  layout=Layout(1, 0, workers), comm=comm, role_comm=comm, rank=rank,
+                  role="worker" if rank else "server", index=max(rank - 1, 0), run_dir="",
+                  t0=0.0, store=store, control=table, log=None, paradigm=None, iterations=1,
+                  iterations_per_epoch=1, num_params=N)
+    if rank == 1:
+        assert ctx.wait_for_slot(0, 0) == 0.0            # the first push never waits
+        with pytest.raises(StallError, match=r"worker 0's gradient slot for push 2.*"
+                                             r"server 0 = rank 0 \(took 0 of 1 pushes\)"):
+            ctx.wait_for_slot(0, 1)                      # push 1 not taken: the slot is full
+    comm.Barrier()
+    if rank == 0:   # the server takes push 1
+        table.write(table.server_offset(0, len(S)), [1])
+    comm.Barrier()
+    if rank == 1:
+        assert ctx.wait_for_slot(0, 1) == 0.0
+    comm.Barrier()
+    table.free()
+    store.free()
