@@ -283,7 +283,7 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     workers = size - 1
     store = ParameterStore(comm, [0], N, clients=workers)
     table = ControlTable(comm, 0, workers, 1)
-    ctx = Context(config=load(overrides={"stall_timeout": 0.3, "stall_warn": 100.0}),
+    ctx = Context(config=load(overrides={"stall_timeout": 1.0, "stall_warn": 100.0}),   # the least allowed
                   layout=Layout(1, 0, workers), comm=comm, role_comm=comm, rank=rank,
                   role="worker" if rank else "server", index=max(rank - 1, 0), run_dir="",
                   t0=0.0, store=store, control=table, log=None, paradigm=None, iterations=1,
