@@ -181,7 +181,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     if rank == 0:
         write_run_header(run_dir, config=config.to_dict(), versions=versions(),
                          layout={**layout.to_dict(), "world_size": size, "parameters": flat.n,
-                        "evaluation": "evaluator" if layout.evaluators else "inline",
+                                 "evaluation": "evaluator" if layout.evaluators else "inline",
                                  "iterations_per_worker": iterations, "iterations_per_epoch": ipe,
                                  "total_samples": total_samples},
                          ranks=list(range(size)), segment=segment)

@@ -8,24 +8,12 @@ import time
 import numpy as np
 import torch
 
+from .config import parse_points
 from .context import Context
 from .flatmodel import FlatModel
 from .compress import make_compressor
 from .hetero import Slowdown
 from .windows import S, W
-
-
-def _parse_points(text: str, field: str) -> set[tuple[int, int]]:
-    from .config import ConfigError
-
-    out = set()
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        try:
-            w, i = (int(x) for x in item.split(":"))
-        except ValueError:
-            raise ConfigError(field, text, "entries worker:iteration, e.g. 2:10") from None
-        out.add((w, i))
-    return out
 
 
 class Worker:
@@ -36,8 +24,8 @@ class Worker:
         self.data = data                    # where batches come from (mpips/budget.py)
         cfg = ctx.config
         self.slowdown = Slowdown(cfg, self.i, ctx.layout.workers)
-        self.fail_at = {it for w, it in _parse_points(cfg.fail_at, "fail_at") if w == self.i}
-        self.nan_at = {it for w, it in _parse_points(cfg.nan_at, "nan_at") if w == self.i}
+        self.fail_at = {it for w, it in parse_points(cfg.fail_at, "fail_at") if w == self.i}
+        self.nan_at = {it for w, it in parse_points(cfg.nan_at, "nan_at") if w == self.i}
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.dense_bytes = flat.n * 4
         self.compressor = make_compressor(cfg, stream=self.i) if cfg.compressor != "none" else None
