@@ -42,7 +42,7 @@ test-unit: install
 # In-process MPI tests under 4 ranks, then the tests that launch whole jobs.
 test-mpi: install
 	$(MPIEXEC) -n 4 $(PY) -m pytest -q --with-mpi --timeout=120 --timeout-method=thread tests/mpi/inproc
-	$(PYTEST) -p no:pytest_mpi --ignore=tests/mpi/inproc tests/mpi
+	$(PYTEST) -p no:pytest_mpi --ignore=tests/mpi/inproc --durations=15 tests/mpi
 
 test-slurm: install
 	$(PYTEST) tests/slurm

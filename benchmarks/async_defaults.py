@@ -21,7 +21,7 @@ from common import mpiexec, table, write_results
 from mpips.log import RunLog
 
 WORKERS = 8
-SETUPS = [("bsp", "as set"), ("asp", "compensated"), ("asp", "as-set"), ("ssp", "compensated"),
+SETUPS = [("bsp", "whole-rounds"), ("asp", "compensated"), ("asp", "as-set"), ("ssp", "compensated"),
           ("ssp", "as-set"), ("syncswitch", "compensated"), ("syncswitch", "as-set")]
 
 
@@ -38,7 +38,7 @@ def main() -> None:
         for seed in seeds:
             for paradigm, rule in SETUPS:
                 run = os.path.join(tmp, f"{paradigm}-{rule}-{seed}")
-                flags = [] if paradigm == "bsp" else ["--async-momentum", rule.replace(" ", "-")]
+                flags = [] if paradigm == "bsp" else ["--async-momentum", rule]
                 mpiexec(1 + WORKERS + 1, ["-m", "mpips", "train", "--run-dir", run, "--paradigm", paradigm,
                                           "--device-time", args.device_time, "--evaluator",
                                           "--epochs", str(args.epochs), "--lr-schedule", args.schedule,
