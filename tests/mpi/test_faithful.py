@@ -43,9 +43,13 @@ def test_bsp_round_takes_the_slowest_emulated_device_time(tmp_path):
                 "--slowdown", "1,1,2,4", "--iterations", "30", "--eval-every", "100").log
     assert log.summary()["device_time_overruns"] == 0
     it = log.iterations
-    # emulated compute = factor x 20 ms (the worker sleeps out what real compute leaves)
+    # emulated compute = factor x 20 ms: never less (the worker sleeps out what real
+    # compute leaves), and the model's time as a rule (a descheduled process may
+    # wake late now and then: medians)
     factors = np.array([1, 1, 2, 4])[it["worker"]]
-    assert np.allclose(it["compute"], 0.020 * factors, rtol=0.05, atol=0.002)
+    assert (it["compute"] >= 0.020 * factors - 1e-4).all()
+    for f in (1, 2, 4):
+        assert np.median(it["compute"][factors == f]) == pytest.approx(0.020 * f, rel=0.05)
     server = log.applies[log.applies["server"] == 0]
     rounds = np.diff(np.sort(server["time"]))[2:]   # after the first rounds' start-up
     median = float(np.median(rounds))
