@@ -30,7 +30,7 @@ AHEAD = 20
 
 def _set_clocks(control, clocks) -> None:
     """Worker rows and server 0's applied counts, as if every push were applied."""
-    from mpips.windows import S, W
+    from mpips.state import S, W
 
     for j, c in enumerate(clocks):
         control.write(control.worker_offset(j, W.CLOCK), [c])

@@ -113,7 +113,8 @@ def time_tick_and_log(path: str) -> None:
 
     from mpips.config import Config
     from mpips.log import ITERATION, RankLog
-    from mpips.windows import ControlTable, W
+    from mpips.state import W
+    from mpips.windows import ControlTable
 
     comm = MPI.COMM_WORLD
     control = ControlTable(comm, 0, 1, 1)

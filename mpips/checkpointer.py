@@ -7,7 +7,7 @@ rank's handler only sets a flag (without one, USR1 would kill the rank);
 server 0 acts on its own. After the checkpoint the signal asked for, every
 rank ends with PREEMPTED_EXIT, and jobs/common.sh requeues the job.
 
-The cut, through the control table (windows.G.CHECKPOINT*, W.HALTED, S.HALTED):
+The cut, through the control table (state.G.CHECKPOINT*, W.HALTED, S.HALTED):
 1. server 0 writes CHECKPOINT = n (CHECKPOINT_EXIT = n before it, for the signal);
 2. a worker stops at its next gate, i.e. after the push and tick of the
    iteration in progress (a done worker: while it waits for the end), and
@@ -55,7 +55,7 @@ import torch
 from . import preemption
 from .checkpoint import Resume, clear_checkpoints, decode, encode, write_checkpoint
 from .log import write_run_end
-from .windows import G, S, W
+from .state import G, S, W
 
 PREEMPTED_EXIT = 3      # "checkpointed, not finished": jobs/common.sh requeues
 

@@ -1,34 +1,32 @@
 """What every role of a running job shares: configuration, layout, windows, log, time."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
+from .clock import WALL, Clock
 from .config import Config
 from .layout import Layout
 from .log import RankLog
 from .paradigms import Paradigm
-from .wait import wait_until
-from .windows import W, ControlTable, ParameterStore
+from .state import W
 
 
 @dataclass
 class Context:
     config: Config
     layout: Layout
-    comm: MPI.Intracomm          # COMM_WORLD
-    role_comm: MPI.Intracomm     # this rank's role
+    comm: Any                    # COMM_WORLD (None in the simulator: no collectives)
+    role_comm: Any               # this rank's role
     rank: int
     role: str
     index: int                   # index within the role
     run_dir: str
-    t0: float                    # common start (time.time() of rank 0)
-    store: ParameterStore
-    control: ControlTable
+    t0: float                    # common start (clock.time() of rank 0)
+    store: Any                   # the parameter store (mpips/windows.py, mpips/inprocess.py)
+    control: Any                 # the control table (idem)
     log: RankLog
     paradigm: Paradigm
     iterations: int              # iterations per worker (global budget: rounds of every worker's batch)
@@ -44,9 +42,10 @@ class Context:
     checkpointer: Any = None         # this rank's part in checkpoints (mpips/checkpointer.py)
     total_samples: int = 0           # the global budget (mpips/budget.py); 0 under a per-worker one
     budget_table: Any = None         # the ControlTable whose CLAIMED slot counts claims (the global one)
+    clock: Clock = WALL              # wall time, or the simulator's virtual time (mpips/clock.py)
 
     def now(self) -> float:
-        return time.time() - self.t0
+        return self.clock.time() - self.t0
 
     @property
     def name(self) -> str:
@@ -56,8 +55,9 @@ class Context:
         return self.control.view(self.control.read(), self.now())
 
     def wait(self, ready, *, what: str, describe, due=None) -> float:
-        return wait_until(ready, what=f"{self.name}: {what}", describe=describe,
-                          warn=self.config.stall_warn, timeout=self.config.stall_timeout, due=due)
+        return self.clock.wait_until(ready, what=f"{self.name}: {what}", describe=describe,
+                                     warn=self.config.stall_warn, timeout=self.config.stall_timeout,
+                                     due=due)
 
     def describe_workers(self, workers) -> str:
         """Whom a wait on `workers` waits for, for stall messages: a worker
@@ -67,7 +67,7 @@ class Context:
         on applied counts, so a stopped server holds up every worker: naming
         the workers (the waiting one itself among them) would blame the wrong
         ranks."""
-        from .windows import S
+        from .state import S
 
         snap = self.control.read()
         rows = self.control.worker_rows(snap)
@@ -101,15 +101,13 @@ class Context:
         server has taken its `pushed` earlier pushes, so its gradient slot is
         free (windows.ParameterStore). Gates that wait for a client's own
         pushes to be applied make this wait nothing."""
-        from .windows import S
+        from .state import S
 
         def taken():
             return self.control.server_rows(self.control.read())[:, len(S) + row]
 
         def describe():
-            ranks = self.store.server_ranks
-            if self.store.comm is not self.comm:   # ranks of a group's communicator
-                ranks = self.store.comm.Get_group().Translate_ranks(ranks, self.comm.Get_group())
+            ranks = self.store.world_server_ranks
             counts = taken()
             return "; ".join(f"server {s} = rank {ranks[s]} (took {int(counts[s])} of {pushed} pushes)"
                              for s in np.flatnonzero(counts < pushed))
@@ -130,7 +128,7 @@ class Context:
     def wait_for_servers_done(self, stop=None) -> None:
         """Before the collective window frees: every server has finished.
         `stop` (a done worker's) takes a checkpoint asked for meanwhile."""
-        from .windows import S
+        from .state import S
 
         def ready():
             rows = self.control.server_rows(self.control.read())

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .context import Context
-from .windows import S, W
+from .state import S, W
 
 PROGRESS_EVERY = 1.0   # s: the evaluator's wait returns this often while the servers progress
 

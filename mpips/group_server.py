@@ -26,8 +26,6 @@ global servers have finished, so a group that is done still takes part.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from .compress import SparseGrad, make_compressor, speed_ranks
@@ -36,7 +34,7 @@ from .grouping import GroupSpeed
 from .group_delta import GroupDelta
 from .paradigms.gssp import SLOT_SPEED_RANK
 from .server import Server
-from .windows import W
+from .state import W
 
 # A group server's row in the global control table is a worker row whose
 # CLOCK counts the worker pushes it has forwarded (so the global servers'
@@ -137,7 +135,7 @@ class GroupServer(Server):
 
     def exchange(self, *, final: bool) -> None:
         ctx, up = self.ctx, self.up
-        t = time.perf_counter()
+        t = ctx.clock.perf_counter()
         # its slot on the global servers holds one delta: the previous one taken first
         up.wait_for_slot(self.g, self.forwarded)
         snap = up.control.read()
@@ -174,7 +172,7 @@ class GroupServer(Server):
         self.forwarded += counted
         self.sent_final = final
         self.exchanges += 1
-        duration = time.perf_counter() - t
+        duration = ctx.clock.perf_counter() - t
         self.publish_up(done=final, duration=duration, pushes=pushes)
         ctx.log.row("exchanges", self.g, ctx.now(), self.exchanges, pushes, self.forwarded,
                     duration, int(synced), int(flush), rank,

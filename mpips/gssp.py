@@ -23,7 +23,6 @@ checkpoint takes the groups the checkpoint was made with.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 from mpi4py import MPI
@@ -36,7 +35,8 @@ from .flatmodel import FlatModel
 from .group_server import GroupServer
 from .grouping import GroupSpeed, make_groups
 from .layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
-from .windows import W, ControlTable, ParameterStore
+from .state import W
+from .windows import ControlTable, ParameterStore
 from .worker import Worker
 
 
@@ -45,13 +45,37 @@ def run_gssp(ctx: Context, flat: FlatModel, data):
     runtime.run_roles does (a worker: its Worker)."""
     from .runtime import run_roles  # runtime imports this module
 
-    layout, cfg = ctx.layout, ctx.config
     saved = (ctx.checkpointer.resumed or {}).get("gssp")   # the same on every rank
+    times = np.asarray(saved["profiled"]) if saved else profile_all(ctx, flat, data)
+    groups, ranks = decide_groups(ctx, times, saved)
+    if ctx.role in (SERVER, EVALUATOR):
+        ctx.comm.Split(MPI.UNDEFINED, ctx.rank)  # in no group
+        run_roles(global_level(ctx), flat, data)
+        return
+    g = ctx.index if ctx.role == GROUP_SERVER else next(
+        i for i, m in enumerate(groups) if ctx.index in m)
+    members = groups[g]
+    comm = ctx.comm.Split(g, 0 if ctx.role == GROUP_SERVER else 1 + ctx.rank)
+    store = ParameterStore(comm, [0], flat.n, clients=members, sparse=ctx.config.compressor != "none")
+    control = ControlTable(comm, 0, ctx.layout.workers, 1)
+    group = group_level(ctx, g, members, store, control)
+    try:
+        if ctx.role == WORKER:
+            return run_roles(group, flat, data)
+        run_group_server(ctx, group, group_server(ctx, group, g, members, ranks[g]), flat)
+    finally:
+        store.free()
+        control.free()
+        comm.Free()
+
+
+def decide_groups(ctx: Context, times: np.ndarray, saved: dict | None) -> tuple[list, list]:
+    """The groups (worker indices) from the profiled times, or as a resumed
+    checkpoint kept them, and each group's speed rank; rank 0 logs them."""
+    layout, cfg = ctx.layout, ctx.config
     if saved:
-        groups, times = saved["groups"], np.asarray(saved["profiled"])
-        source = "checkpoint"
+        groups, source = saved["groups"], "checkpoint"
     else:
-        times = profile_all(ctx, flat, data)
         groups = make_groups(cfg, layout.workers, times)
         source = "group_assignment" if cfg.group_assignment else cfg.grouping
     group_times = [float(np.mean(times[m])) for m in groups]
@@ -60,39 +84,43 @@ def run_gssp(ctx: Context, flat: FlatModel, data):
                                            "profiled": times.tolist()}
     if ctx.rank == 0:
         # before the clock starts; a resumed job's time goes on from the checkpoint's
-        ctx.log.event(ctx.checkpointer.elapsed if saved else ctx.now(), "gssp_groups", groups=groups, profiled=times,
-                      group_times=group_times, speed_ranks=ranks,
+        ctx.log.event(ctx.checkpointer.elapsed if saved else ctx.now(), "gssp_groups", groups=groups,
+                      profiled=times, group_times=group_times, speed_ranks=ranks,
                       group_servers=layout.group_server_ranks,
                       exchange_every=[cfg.exchange_every or len(m) for m in groups], source=source)
-    if ctx.role in (SERVER, EVALUATOR):
-        ctx.comm.Split(MPI.UNDEFINED, ctx.rank)  # in no group
-        run_roles(dataclasses.replace(ctx, config=summing(cfg), clients="group server",
-                                      client_ranks=tuple(layout.group_server_ranks)), flat, data)
-        return
-    g = ctx.index if ctx.role == GROUP_SERVER else next(
-        i for i, m in enumerate(groups) if ctx.index in m)
-    members = groups[g]
-    comm = ctx.comm.Split(g, 0 if ctx.role == GROUP_SERVER else 1 + ctx.rank)
-    store = ParameterStore(comm, [0], flat.n, clients=members, sparse=cfg.compressor != "none")
-    control = ControlTable(comm, 0, layout.workers, 1)
-    group = dataclasses.replace(ctx, store=store, control=control,
-                                epoch_pushes=len(members) * ctx.iterations_per_epoch,
-                                servers="group server", server_ranks=(layout.group_server_ranks[g],))
-    try:
-        if ctx.role == WORKER:
-            return run_roles(group, flat, data)
-        else:
-            speed = GroupSpeed(members, ctx.iterations_per_epoch)
-            run_group_server(ctx, group, flat, GroupServer(
-                group, ctx, group=g, members=members, speed=speed, speed_rank=ranks[g]))
-    finally:
-        store.free()
-        control.free()
-        comm.Free()
+    return groups, ranks
 
 
-def run_group_server(up: Context, group: Context, flat: FlatModel, server: GroupServer) -> None:
+def global_level(ctx: Context) -> Context:
+    """A global server's (or the evaluator's) context: the group servers are its clients."""
+    return dataclasses.replace(ctx, config=summing(ctx.config), clients="group server",
+                               client_ranks=tuple(ctx.layout.group_server_ranks))
+
+
+def group_level(ctx: Context, g: int, members: list[int], store, control) -> Context:
+    """Group g's level, over its own parameter store and control table."""
+    return dataclasses.replace(ctx, store=store, control=control,
+                               epoch_pushes=len(members) * ctx.iterations_per_epoch,
+                               servers="group server", server_ranks=(ctx.layout.group_server_ranks[g],))
+
+
+def group_server(up: Context, group: Context, g: int, members: list[int], speed_rank: int) -> GroupServer:
+    return GroupServer(group, up, group=g, members=members,
+                       speed=GroupSpeed(members, up.iterations_per_epoch), speed_rank=speed_rank)
+
+
+def run_group_server(up: Context, group: Context, server: GroupServer, flat: FlatModel) -> None:
     """The group server's part of runtime.run_roles' protocol: same barriers."""
+    body = start_group_server(up, group, server, flat)
+    up.comm.Barrier()  # parameters in place and every role ready: the clock starts
+    group.t0 = up.t0 = up.comm.bcast(None)
+    body()
+    up.barrier("end of the run")
+
+
+def start_group_server(up: Context, group: Context, server: GroupServer, flat: FlatModel):
+    """Before the clock starts (runtime.start_role's part for a group
+    server): its group's parameters and table; returns its body."""
     group.store.shard[:] = flat.flat_copy()
     group.store.publish()
     for j in range(group.layout.workers):
@@ -102,10 +130,7 @@ def run_group_server(up: Context, group: Context, flat: FlatModel, server: Group
         server.start()
     else:   # its global row is back with the global table (server 0 restores it)
         up.checkpointer.restore(group, server)
-    up.comm.Barrier()  # parameters in place and every role ready: the clock starts
-    group.t0 = up.t0 = up.comm.bcast(None)
-    server.run()
-    up.barrier("end of the run")
+    return server.run
 
 
 def summing(config):
@@ -138,12 +163,13 @@ def profile(worker: Worker, iterations: int) -> float:
     torch's first pass pays for lazy set-up."""
     shard, batch = worker.data.shard, worker.ctx.config.batch_size
     worker.compute_gradient(*shard.next_batch(batch))
+    clock = worker.ctx.clock
     times = []
     for _ in range(iterations):
-        began = time.perf_counter()
+        began = clock.perf_counter()
         _, compute = worker.compute_gradient(*shard.next_batch(batch))
         model = worker.slowdown.device_time
         target = worker.slowdown.persistent * (compute if model is None else model.seconds(batch))
-        time.sleep(max(0.0, began + target - time.perf_counter()))
-        times.append(time.perf_counter() - began)
+        clock.sleep(max(0.0, began + target - clock.perf_counter()))
+        times.append(clock.perf_counter() - began)
     return float(np.min(times))

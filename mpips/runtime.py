@@ -5,6 +5,7 @@ import os
 import platform
 import sys
 import time
+from typing import Callable
 
 import numpy as np
 import torch
@@ -26,7 +27,8 @@ from .log import RankLog, rank_file, set_status, write_run_end, write_run_header
 from .models import build_model, check_model
 from .paradigms import make_paradigm
 from .server import Server
-from .windows import G, ControlTable, ParameterStore
+from .state import G
+from .windows import ControlTable, ParameterStore
 from .wait import precise_sleeps
 from .worker import Worker
 
@@ -109,6 +111,63 @@ def versions() -> dict:
             "python": platform.python_version(), "host": platform.node()}
 
 
+def prepare(config: Config, layout, run_dir: str, *, first: bool):
+    """Everything a rank would otherwise find bad only later, alone, in a
+    worker or a server (where it can only abort the job), checked on every
+    rank so that bad input ends the job with one line: (data, model,
+    paradigm, a worker's iterations per epoch). `first` (rank 0) makes the
+    run directory, last: bad input elsewhere leaves none behind."""
+    config.check_workers(layout.workers)
+    try:
+        data = load_dataset(config)
+    except MemoryError:
+        raise ConfigError("dataset", config.dataset, "does not fit in this rank's memory") from None
+    _check_epoch_size(config, layout.workers, len(data.y_train))
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, data.input_shape, data.num_classes)
+    check_model(model, config.model, data.x_train[:2], data.num_classes)
+    paradigm = make_paradigm(config, layout.workers)
+    ipe = paradigm.iterations_per_epoch(len(data.y_train))
+    if first:
+        _writable_run_dir(run_dir)
+    return data, model, paradigm, ipe
+
+
+def sized(config: Config, paradigm, samples: int, ipe: float) -> tuple[int, float, int]:
+    """The run's length: (iterations, iterations per epoch, total samples).
+    A global budget is E passes over the training set by everyone
+    (mpips/budget.py); `iterations` then counts rounds of every worker's
+    batch, the unit of Sync-Switch's f and of the servers' epochs."""
+    total_samples = 0
+    if config.budget == "global":
+        round_samples = paradigm.round_samples()
+        ipe = samples / round_samples
+        total_samples = (config.iterations * round_samples if config.iterations
+                         else max(1, round(config.epochs * samples)))
+        iterations = int(np.ceil(total_samples / round_samples))
+    else:
+        iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
+    return iterations, ipe, total_samples
+
+
+def announce(ctx: Context, size: int, versions: dict, **more) -> None:
+    """Rank 0: run.h5's header, and the job's one line on stdout."""
+    config, layout = ctx.config, ctx.layout
+    write_run_header(ctx.run_dir, config=config.to_dict(), versions=versions,
+                     layout={**layout.to_dict(), "world_size": size, "parameters": ctx.num_params,
+                             "evaluation": "evaluator" if layout.evaluators else "inline",
+                             "iterations_per_worker": ctx.iterations,
+                             "iterations_per_epoch": ctx.iterations_per_epoch,
+                             "total_samples": ctx.total_samples, **more},
+                     ranks=list(range(size)), segment=ctx.checkpointer.segment)
+    budget = (f"{ctx.total_samples} samples in all" if ctx.total_samples
+              else f"{ctx.iterations} iterations per worker")
+    print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
+          f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
+          f" | {config.model} on {config.dataset} ({ctx.num_params} parameters) | {budget}"
+          f" | run {ctx.run_dir}", flush=True)
+
+
 def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     """Run one training job over `comm`; returns the run directory."""
     torch.set_num_threads(config.torch_threads)
@@ -121,43 +180,13 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     run_dir = comm.bcast(config.run_dir or default_run_dir(config) if rank == 0 else None)
     config.run_dir = run_dir
 
-    def setup():
-        # Everything a rank would otherwise find bad only later, alone, in a
-        # worker or a server (where it can only abort the job): checked here,
-        # on every rank, so that bad input ends the job with one line.
-        config.check_workers(layout.workers)
-        try:
-            data = load_dataset(config)
-        except MemoryError:
-            raise ConfigError("dataset", config.dataset, "does not fit in this rank's memory") from None
-        _check_epoch_size(config, layout.workers, len(data.y_train))
-        torch.manual_seed(config.seed)
-        model = build_model(config.model, data.input_shape, data.num_classes)
-        check_model(model, config.model, data.x_train[:2], data.num_classes)
-        paradigm = make_paradigm(config, layout.workers)
-        ipe = paradigm.iterations_per_epoch(len(data.y_train))
-        if rank == 0:   # last: bad input elsewhere leaves no run directory behind
-            _writable_run_dir(run_dir)
-        return data, model, paradigm, ipe
-
-    data, model, paradigm, ipe = _agree(comm, setup)
+    data, model, paradigm, ipe = _agree(comm, lambda: prepare(config, layout, run_dir, first=rank == 0))
     # Collective on every rank (it splits a node-local communicator); only workers use a GPU.
     device = _agree(comm, lambda: _device(config, comm))
     if role != WORKER:
         device = torch.device("cpu")
     flat = FlatModel(model, device)
-    total_samples = 0
-    if config.budget == "global":
-        # E passes over the training set by everyone (mpips/budget.py); `iterations`
-        # counts rounds of every worker's batch, the unit of Sync-Switch's f
-        # and of the servers' epochs.
-        round_samples = paradigm.round_samples()
-        ipe = len(data.y_train) / round_samples
-        total_samples = (config.iterations * round_samples if config.iterations
-                         else max(1, round(config.epochs * len(data.y_train))))
-        iterations = int(np.ceil(total_samples / round_samples))
-    else:
-        iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
+    iterations, ipe, total_samples = sized(config, paradigm, len(data.y_train), ipe)
     paradigm.set_iterations(iterations)
     # A run directory holding a checkpoint of this run: go on from it (mpips/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n, iterations)
@@ -179,18 +208,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
                   num_params=flat.n, checkpointer=checkpointer, total_samples=total_samples,
                   budget_table=control)
     if rank == 0:
-        write_run_header(run_dir, config=config.to_dict(), versions=versions(),
-                         layout={**layout.to_dict(), "world_size": size, "parameters": flat.n,
-                                 "evaluation": "evaluator" if layout.evaluators else "inline",
-                                 "iterations_per_worker": iterations, "iterations_per_epoch": ipe,
-                                 "total_samples": total_samples},
-                         ranks=list(range(size)), segment=segment)
-        budget = (f"{total_samples} samples in all" if total_samples
-                  else f"{iterations} iterations per worker")
-        print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
-              f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
-              f" | {config.model} on {config.dataset} ({flat.n} parameters) | {budget}"
-              f" | run {run_dir}", flush=True)
+        announce(ctx, size, versions())
     checkpointer.begin(ctx)
     preempted, failed = None, ""
     try:
@@ -215,29 +233,49 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
 
 
 def _check_trained(ctx: Context, worker) -> str:
-    """After the end barrier, on every rank: '' if the run trained, else why
-    not (then run.h5 says `failed`, not `finished`). Rejected pushes (NaN or
-    Inf gradients) are never applied: a run of nothing else made no update."""
+    """After the end barrier, on every rank: '' if the run trained, else why not."""
     mine = np.array([worker.rejected, worker.clock] if worker is not None else [0, 0], dtype=np.int64)
     rejected, pushes = (int(x) for x in ctx.comm.allreduce(mine))
+    return judge_training(ctx.run_dir, rejected, pushes, first=ctx.rank == 0)
+
+
+def judge_training(run_dir: str, rejected: int, pushes: int, *, first: bool) -> str:
+    """'' if the run trained, else why not (then run.h5 says `failed`, not
+    `finished`). Rejected pushes (NaN or Inf gradients) are never applied:
+    a run of nothing else made no update. `first`: the rank that says so."""
     if not rejected:
         return ""
     if rejected < pushes:
-        if ctx.rank == 0:
+        if first:
             print(f"mpips: warning: {rejected} of {pushes} pushes were rejected (NaN or Inf "
                   f"gradients) and not applied", file=sys.stderr, flush=True)
         return ""
     why = (f"no update was made: all {pushes} pushes were rejected (NaN or Inf gradients); "
            f"the run did not train (a smaller --lr?)")
-    if ctx.rank == 0:
-        set_status(ctx.run_dir, "failed", why)
+    if first:
+        set_status(run_dir, "failed", why)
     return why
 
 
 def run_roles(ctx: Context, flat: FlatModel, data) -> Worker | None:
     """Servers and workers over ctx's windows, from the start barrier to the end one
     (GSSP's group servers make the same collectives in gssp.run_group_server)."""
-    comm, role, index = ctx.comm, ctx.role, ctx.index
+    body = start_role(ctx, flat, data)
+    ctx.comm.Barrier()  # parameters in place and every role ready: the clock starts
+    # (a resumed job's clock goes on from the checkpoint's training time)
+    ctx.t0 = ctx.comm.bcast(time.time() - ctx.checkpointer.elapsed if ctx.rank == 0 else None)
+    worker = body()
+    ctx.barrier("end of the run")
+    return worker
+
+
+def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | None]:
+    """This rank's role, set up before the clock starts (restored from a
+    checkpoint if there is one); returns its body, which runs it to the end
+    (a worker's body returns its Worker). The same for every transport:
+    runtime.run_roles runs it between MPI barriers, the simulator
+    (mpips/simulate.py) as one task of its scheduler."""
+    role, index = ctx.role, ctx.index
     if role == SERVER:
         lo, hi = ctx.store.bounds[index]
         ctx.store.shard[:] = flat.flat_copy()[lo:hi]
@@ -246,27 +284,28 @@ def run_roles(ctx: Context, flat: FlatModel, data) -> Worker | None:
         evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if inline else None
         server = Server(ctx, evaluator)
         ctx.checkpointer.restore(ctx, server)
-    elif role == WORKER:
+
+        def serve():
+            server.run()
+            if evaluator is not None:
+                _finish(ctx, evaluator)
+        return serve
+    if role == WORKER:
         worker = Worker(ctx, flat, worker_budget(ctx, data))
         ctx.checkpointer.restore(ctx, worker)
-    elif role == EVALUATOR:
-        evaluator = Evaluator(ctx, flat, data.x_test, data.y_test)
-        ctx.checkpointer.restore(ctx, evaluator)
-    comm.Barrier()  # parameters in place and every role ready: the clock starts
-    # (a resumed job's clock goes on from the checkpoint's training time)
-    ctx.t0 = comm.bcast(time.time() - ctx.checkpointer.elapsed if ctx.rank == 0 else None)
-    if role == SERVER:
-        server.run()
-        if evaluator is not None:
-            _finish(ctx, evaluator)
-    elif role == WORKER:
-        worker.run()
-        ctx.wait_for_servers_done(stop=worker.stop_for_checkpoint)
-    elif role == EVALUATOR:
+
+        def work():
+            worker.run()
+            ctx.wait_for_servers_done(stop=worker.stop_for_checkpoint)
+            return worker
+        return work
+    evaluator = Evaluator(ctx, flat, data.x_test, data.y_test)
+    ctx.checkpointer.restore(ctx, evaluator)
+
+    def evaluate():
         evaluator.run()
         _finish(ctx, evaluator)
-    ctx.barrier("end of the run")
-    return worker if role == WORKER else None
+    return evaluate
 
 
 def worker_budget(ctx: Context, data):

@@ -1,13 +1,11 @@
 """The server loop: watch the push counters, apply what arrived, publish, evaluate."""
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from .context import Context
 from .optim import ServerOptimizer
 from .vsgd import UpdateNormEMA
-from .windows import S, W
+from .state import S, W
 
 NORM_EMA_BETA = 0.9
 DUE_SHARE = 0.9   # of a worker's last push interval after which its next push may land
@@ -101,7 +99,7 @@ class Server:
         """Take every push counted in `view` (each client's slot holds at
         most one, summed in client order) and step once."""
         ctx = self.ctx
-        t = time.perf_counter()
+        t = ctx.clock.perf_counter()
         target = view.clocks.copy()
         new = int((target - self.consumed).sum())
         # A rejected push (NaN/Inf) ticks the clock and sends nothing: if they
@@ -129,7 +127,7 @@ class Server:
         ctx.store.publish()
         self.publish(done=False)
         # Logged by world rank: servers are ranks 0..S-1, GSSP's group servers follow.
-        ctx.log.row("applies", ctx.rank, ctx.now(), waited, time.perf_counter() - t, new, self.pushes,
+        ctx.log.row("applies", ctx.rank, ctx.now(), waited, ctx.clock.perf_counter() - t, new, self.pushes,
                     self.steps, norm, lr, self.opt.momentum)
         self.maybe_evaluate()
 

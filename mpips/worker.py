@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 
 import numpy as np
 import torch
@@ -13,7 +12,7 @@ from .context import Context
 from .flatmodel import FlatModel
 from .compress import make_compressor
 from .hetero import Slowdown
-from .windows import S, W
+from .state import S, W
 
 
 class Worker:
@@ -102,13 +101,14 @@ class Worker:
             self.publish()
             return
 
-        t = time.perf_counter()
+        clock = ctx.clock
+        t = clock.perf_counter()
         ctx.store.pull(flat.host_params)
         flat.params_from_host()
         read_updates, read_path = view.updates, view.path_length
         if ctx.paradigm.wants_exact_distance:
             self._read = flat.host_params.copy()
-        pull_time = time.perf_counter() - t
+        pull_time = clock.perf_counter() - t
 
         if it in self.fail_at:
             raise RuntimeError(f"injected failure (fail_at) at worker {i} iteration {it}")
@@ -116,7 +116,7 @@ class Worker:
             ctx.log.event(ctx.now(), "straggler", worker=i, iteration=it, iterations=s.length, factor=s.factor)
         loss_value, compute, sleep, overrun = self.emulated_compute(it, batch)
 
-        t = time.perf_counter()
+        t = clock.perf_counter()
         if ctx.paradigm.wants_exact_distance:
             distance = self._distance_moved()
             at_push = self._view_counting_steps_seen()
@@ -143,7 +143,7 @@ class Worker:
             # The residual goes out in full at every epoch end and with the last push.
             sent = self._send(grad, epoch_end=batch.flush, key=batch.start)
             self.samples += batch.size
-        push_time = time.perf_counter() - t
+        push_time = clock.perf_counter() - t
         event = ctx.paradigm.measured(i, clock=self.clock, batch=batch.size, compute=compute)
         if event:
             ctx.log.event(ctx.now(), event.pop("kind", "measured"), worker=i, **event)
@@ -166,7 +166,8 @@ class Worker:
         out (mpips/hetero.py); returns (loss, seconds in all, of them slept,
         overrun: the real compute alone took longer than the model allows,
         so this iteration is not emulated faithfully)."""
-        began = time.perf_counter()
+        clock = self.ctx.clock
+        began = clock.perf_counter()
         loss_value, compute = self.compute_gradient(batch.x, batch.y)
         target = self.slowdown.target(it, batch.size, compute)
         overrun = self.slowdown.device_time is not None and compute > target
@@ -176,24 +177,24 @@ class Worker:
                 print(f"mpips: {self.ctx.name}: real compute {1e3 * compute:.1f} ms exceeds the emulated "
                       f"device time {1e3 * target:.1f} ms at iteration {it}: the emulation is not faithful "
                       f"(overruns are counted in the log; raise --device-time)", file=sys.stderr, flush=True)
-        remaining = began + target - time.perf_counter()
+        remaining = began + target - clock.perf_counter()
         if remaining > 0:
-            time.sleep(remaining)
-        elapsed = time.perf_counter() - began
+            clock.sleep(remaining)
+        elapsed = clock.perf_counter() - began
         return loss_value, elapsed, max(0.0, elapsed - compute), overrun
 
     def compute_gradient(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
         """Forward/backward on one batch into the flat gradient (host side);
         returns (loss, seconds)."""
-        flat = self.flat
-        t = time.perf_counter()
+        flat, clock = self.flat, self.ctx.clock
+        t = clock.perf_counter()
         x, y = x.to(flat.device, non_blocking=True), y.to(flat.device, non_blocking=True)
         flat.zero_grad()
         loss = self.loss_fn(flat.model(x), y)
         loss.backward()
         flat.check_grad_views()
         flat.grads_to_host()
-        return float(loss.detach()), time.perf_counter() - t
+        return float(loss.detach()), clock.perf_counter() - t
 
     def _send(self, grad: np.ndarray, *, epoch_end: bool, key: int = 0) -> int:
         """Push `grad`, compressed if configured, into this worker's slot on

@@ -14,7 +14,7 @@ import numpy as np
 MODE_BSP = 0
 MODE_ASP = 1
 
-# Offsets of the global control slots `server_control` may set (windows.G
+# Offsets of the global control slots `server_control` may set (state.G
 # names the same slots; it cannot be imported here, it imports mpi4py).
 SLOT_MODE = 0
 SLOT_MODE_CLOCK = 1
@@ -27,7 +27,7 @@ class ClusterView:
 
     Times are seconds since the run's common start. Arrays are indexed by
     worker (0..W-1) and must not be modified. The running job's views are
-    `windows.TableView`s, which compute each field from the control table
+    `state.TableView`s, which compute each field from the control table
     on first use (a gate poll reads two or three of them).
     """
 

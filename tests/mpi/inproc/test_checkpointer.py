@@ -19,7 +19,8 @@ from mpips.checkpointer import Checkpointer, Preempted
 from mpips.config import Config
 from mpips.layout import Layout
 from mpips.wait import wait_until
-from mpips.windows import G, S, W, ControlTable
+from mpips.state import G, S, W
+from mpips.windows import ControlTable
 
 IDENT = {"model": "none", "workers": 2}
 

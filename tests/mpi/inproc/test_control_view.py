@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpips.windows import S, W, ControlTable
+from mpips.state import S, W
+from mpips.windows import ControlTable
 
 WORKERS = 3
 

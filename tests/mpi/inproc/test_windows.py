@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from mpips.windows import S, ControlTable, ParameterStore
+from mpips.state import S
+from mpips.windows import ControlTable, ParameterStore
 
 N = 100_003          # not a multiple of anything: uneven shards
 K = 40               # pushes per worker
