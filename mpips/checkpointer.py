@@ -309,3 +309,22 @@ class Checkpointer:
                 "step": steps[0], "server_steps": steps, "clocks": clocks,
                 "identity": self.identity, "config": self.config.to_dict(), "written": time.time(),
                 **self.meta_extra}
+
+
+class NoCheckpoints(Checkpointer):
+    """The checkpoint protocol of a job that takes none (`mpips simulate`:
+    one process, minutes long, nothing to preempt): it never asks for one,
+    so every wait is a plain wait and nothing is collective."""
+
+    def __init__(self, config):
+        self.config = config
+        self.resumed, self.path, self.segment, self.state = None, None, 0, None
+        self.handled = self.relayed = 0
+        self.elapsed = 0.0
+        self.meta_extra = {}
+
+    def maybe_request(self, ctx, view) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

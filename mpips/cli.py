@@ -15,9 +15,8 @@ from . import preemption, syncswitch_search
 from .config import Config, ConfigError, load
 
 
-def _train_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("train", help="train under mpirun/srun (world = servers [+ groups] + workers)",
-                       argument_default=argparse.SUPPRESS)
+def _train_parser(sub, name: str, help: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help, argument_default=argparse.SUPPRESS)
     p.add_argument("--config", help="YAML file of settings (flags override it)")
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
@@ -38,7 +37,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mpips",
                                 description="PyTorch training on an MPI parameter server.")
     sub = p.add_subparsers(dest="command", required=True)
-    _train_parser(sub)
+    _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
+    _train_parser(sub, "simulate", "run the same job in one process in virtual time (mpips/simulate.py): "
+                                   "--workers N, --device-time (default 20ms), --sim-latency, --sim-bandwidth")
     info = sub.add_parser("info", help="summarize a run directory")
     info.add_argument("run_dir")
     info.add_argument("--json", action="store_true", help="one JSON object")
@@ -85,6 +86,25 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_simulate(args) -> int:
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    from .data import DataError
+    from .runtime import TrainingFailed
+    from .scheduler import TaskFailed
+    from .simulate import simulate
+    from .wait import StallError
+
+    try:
+        simulate(load(getattr(args, "config", None), overrides))
+    except (ConfigError, DataError) as e:
+        return _fail(str(e))
+    except TrainingFailed as e:
+        return _fail(str(e), 1)
+    except (TaskFailed, StallError) as e:
+        return _fail(f"the simulated job failed: {e}", 1)
+    return 0
+
+
 def cmd_info(args) -> int:
     from .log import RunLog
 
@@ -113,5 +133,5 @@ def cmd_info(args) -> int:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    return {"train": cmd_train, "info": cmd_info,
+    return {"train": cmd_train, "simulate": cmd_simulate, "info": cmd_info,
             "syncswitch-search": syncswitch_search.cmd_search}[args.command](args)

@@ -115,6 +115,8 @@ class Config:
     device_time: str = _f("", "emulated device time of one iteration, times the slowdown factor: "
                               "'20ms' (at batch-size, linear in the batch) or 'a=2ms,c=1ms,p=0.8' "
                               "(a + c*b**p seconds); the worker sleeps out what compute leaves")
+    sim_latency: float = _f(20e-6, "simulate: seconds of one pull or push message (latency of the modelled network)")
+    sim_bandwidth: float = _f(10e9, "simulate: bytes/s of a pull or push (the modelled network)")
     # runtime -----------------------------------------------------------------
     run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
     eval_every: float = _f(1.0, "evaluate every this many epochs of updates")
@@ -179,6 +181,9 @@ class Config:
             # below this, start-up waits of a loaded machine would abort healthy jobs
             raise ConfigError("stall_timeout", self.stall_timeout, f"must be a number >= {MIN_STALL_TIMEOUT:g} (seconds)")
         _positive(self, "lr_step_every")
+        _positive(self, "sim_bandwidth")
+        if self.sim_latency < 0:
+            raise ConfigError("sim_latency", self.sim_latency, "must be >= 0 (seconds)")
         _positive(self, "straggler_factor")
         _unit(self, "momentum", 0.0, 1.0, closed=False)
         _unit(self, "test_fraction", 0.0, 1.0, closed=False)

@@ -1,0 +1,142 @@
+"""The in-process transport of `mpips simulate`: the shared state in numpy
+arrays, moved under a virtual clock.
+
+The same verbs as the MPI windows (mpips/windows.py): a `LocalParameterStore`
+pulls, pushes into a client's gradient slot, takes the pushed gradients and
+publishes; a `LocalControlTable` reads, writes and fetch-and-adds. Every role
+gets its own handle on one set of arrays (as every rank its own window
+object), and every write tells the scheduler that the shared state changed.
+
+Costs (the `Network` model, documented in docs/simulator.md): a pull or a
+push takes latency + bytes / bandwidth of virtual time, its data read or
+written at the end of it (a pull sees the parameters as they are when it
+completes); the shards of several servers move in parallel. Control-table
+operations (a few hundred bytes) and a server's apply take no virtual time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .scheduler import Scheduler
+from .state import TableLayout, shard_bounds, sum_slots
+
+
+@dataclass(frozen=True)
+class Network:
+    latency: float = 20e-6      # s per message
+    bandwidth: float = 10e9     # bytes/s
+
+    def seconds(self, nbytes: int) -> float:
+        return self.latency + nbytes / self.bandwidth
+
+
+class SharedParameters:
+    """The arrays behind every handle: per server its shard, one gradient
+    slot per client row and each slot's (push number, order key)."""
+
+    def __init__(self, n: int, servers: int, rows: list[int]):
+        self.n = n
+        self.bounds = shard_bounds(n, servers)
+        self.rows = list(rows)
+        self.shards = [np.zeros(hi - lo, np.float32) for lo, hi in self.bounds]
+        self.slots = [np.zeros((len(self.rows), hi - lo), np.float32) for lo, hi in self.bounds]
+        self.heads = [np.zeros((len(self.rows), 2), np.int64) for _ in self.bounds]
+
+
+class LocalParameterStore:
+    """One role's handle on `SharedParameters` (mpips/windows.ParameterStore's verbs).
+    `server`: the index of the server this role is, or None."""
+
+    def __init__(self, shared: SharedParameters, scheduler: Scheduler, network: Network, *,
+                 server: int | None, world_server_ranks: list[int], sparse: bool = False):
+        self._shared, self._scheduler, self._network = shared, scheduler, network
+        self.n, self.bounds, self.rows = shared.n, shared.bounds, shared.rows
+        self._slot_of = {row: k for k, row in enumerate(self.rows)}
+        self.server_ranks = list(range(len(shared.bounds)))
+        self.world_server_ranks = list(world_server_ranks)
+        self.sparse = sparse
+        self.shard_index = server
+        self.shard = shared.shards[server] if server is not None else np.zeros(0, np.float32)
+        self.count = self.shard.size
+
+    def slot(self, row: int) -> int:
+        try:
+            return self._slot_of[row]
+        except KeyError:
+            raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
+
+    def pull(self, out: np.ndarray) -> None:
+        self._scheduler.sleep(self._network.seconds(4 * self.n))
+        for shard, (lo, hi) in zip(self._shared.shards, self.bounds):
+            out[lo:hi] = shard
+
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
+        k = self.slot(row)
+        self._scheduler.sleep(self._network.seconds(4 * self.n))
+        for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
+            slots[k] = grad[lo:hi]
+        self._announce(k, number, key)
+
+    def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
+                    key: int = 0) -> None:
+        if not self.sparse:
+            raise RuntimeError("push_sparse into a ParameterStore made without sparse=True")
+        k = self.slot(row)
+        self._scheduler.sleep(self._network.seconds(8 * len(indices)))   # index and value
+        for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
+            a, b = np.searchsorted(indices, (lo, hi))
+            slots[k, indices[a:b] - lo] = values[a:b]
+        self._announce(k, number, key)
+
+    def _announce(self, k: int, number: int, key: int) -> None:
+        for heads in self._shared.heads:
+            heads[k] = number, key
+        self._scheduler.changed()
+
+    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
+        if not self.count:
+            return 0
+        s = self.shard_index
+        return sum_slots(out, self._shared.slots[s], self._shared.heads[s], self._slot_of,
+                         clocks, consumed, sparse=self.sparse)
+
+    def publish(self) -> None:
+        self._scheduler.changed()
+
+    def free(self) -> None:
+        pass
+
+
+class LocalControlTable(TableLayout):
+    """One role's handle on a control table held in one shared array."""
+
+    def __init__(self, table: np.ndarray, scheduler: Scheduler, workers: int, servers: int):
+        super().__init__(workers, servers)
+        if table.size != self.size:
+            raise ValueError(f"a table of {table.size} slots for {workers} workers and {servers} servers")
+        self._table, self._scheduler = table, scheduler
+
+    @classmethod
+    def shared(cls, workers: int, servers: int) -> np.ndarray:
+        """The array behind the handles of one table."""
+        return np.zeros(TableLayout(workers, servers).size)
+
+    def read(self) -> np.ndarray:
+        self._snap[:] = self._table
+        return self._snap.copy()
+
+    def write(self, offset: int, values) -> None:
+        vals = np.asarray(values, dtype=np.float64).reshape(-1)
+        self._table[offset:offset + len(vals)] = vals
+        self._scheduler.changed()
+
+    def add(self, offset: int, value: float) -> float:
+        before = float(self._table[offset])
+        self._table[offset] = before + value
+        self._scheduler.changed()
+        return before
+
+    def free(self) -> None:
+        pass
