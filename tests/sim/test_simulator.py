@@ -1,0 +1,250 @@
+"""`mpips simulate`: the MPI job's own roles in virtual time, deterministic.
+
+Each run here is exact (no wall clock, no thread timing), so the paradigms'
+timing-dependent rules are checked at their DEFAULT settings against exact
+expectations: Sync-Switch's online policy, VSGD's damping, DSSP's r*, GSSP's
+groups, SSP's bound at 64 workers. The same roles under mpiexec:
+tests/mpi/test_simulated_vs_mpi.py.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mpips.cli import main
+from mpips.config import Config
+from mpips.log import RunLog
+from mpips.scheduler import Scheduler, TaskFailed
+from mpips.wait import StallError
+from tests.mpi.conftest import assert_each_sample_once, replayed_run, rounds_of, uneven_sgd_oracle
+
+
+def simulate(run_dir, *flags: str) -> RunLog:
+    assert main(["simulate", "--run-dir", str(run_dir), "--eval-every", "100", *flags]) == 0
+    return RunLog(str(run_dir))
+
+
+def tables(log: RunLog) -> dict:
+    return {t: getattr(log, t).tobytes() for t in ("iterations", "applies", "evaluations", "exchanges")}
+
+
+# -- the simulator itself ----------------------------------------------------------------
+
+def test_same_seed_gives_the_same_run_bit_for_bit(tmp_path):
+    flags = ("--paradigm", "ssp", "--workers", "4", "--slowdown", "1,1,2,4", "--epochs", "1",
+             "--random-stragglers", "0.05:3:3")
+    a, b = simulate(tmp_path / "a", *flags), simulate(tmp_path / "b", *flags)
+    assert np.array_equal(a.final_params(), b.final_params())
+    assert tables(a) == tables(b) and a.events() == b.events()
+    c = simulate(tmp_path / "c", *flags, "--seed", "1")
+    assert not np.array_equal(a.final_params(), c.final_params())
+
+
+@pytest.mark.parametrize("flags", [
+    ("--paradigm", "asp"),
+    ("--paradigm", "ssp"),
+    ("--paradigm", "dssp"),
+    ("--paradigm", "vsgd"),
+    ("--paradigm", "vsgd", "--gate", "asp"),
+    ("--paradigm", "syncswitch", "--switch-at", "0.5"),
+], ids=lambda f: "-".join(f[1::2]))
+def test_one_worker_is_sequential_sgd(tmp_path, flags):
+    """As tests/mpi/test_faithful.py: one simulated worker reads its own
+    writes, so the run is SGD on the same batches."""
+    log = simulate(tmp_path / "run", "--workers", "1", *flags, "--iterations", "30", "--lr", "0.1",
+                   "--seed", "3")
+    assert log.summary()["max_staleness"] == 0
+    config = Config(**log.config)
+    expected = uneven_sgd_oracle(config, np.full((30, 1), config.batch_size))
+    assert np.abs(log.final_params() - expected).max() < 1e-5
+
+
+def test_bsp_is_the_replayed_run_bit_for_bit(tmp_path):
+    """A heterogeneous BSP run equals the one-process replay of its rounds
+    (each push's gradient, summed in the servers' order) bit for bit, and
+    every round takes the slowest worker's device time plus the network's."""
+    log = simulate(tmp_path / "run", "--paradigm", "bsp", "--workers", "4", "--servers", "2",
+                   "--slowdown", "1,1,2,4", "--epochs", "1")
+    assert_each_sample_once(log)
+    assert np.array_equal(log.final_params(), replayed_run(Config(**log.config), rounds_of(log)))
+    server = log.applies[log.applies["server"] == 0]
+    rounds = np.diff(np.sort(server["time"]))
+    pull_or_push = 20e-6 + 4 * log.layout["parameters"] / 10e9
+    np.testing.assert_allclose(rounds[:-1], 0.080 + 2 * pull_or_push, rtol=1e-9)
+
+
+def test_a_wait_that_cannot_end_is_a_deadlock_naming_it():
+    scheduler = Scheduler()
+    scheduler.spawn("worker 1", lambda: scheduler.wait_until(
+        lambda: False, what="worker 1: gate", describe=lambda: "worker 2 (clock 3)", warn=1, timeout=10))
+    with pytest.raises(StallError, match=r"deadlock.*worker 1: gate: waiting for worker 2 \(clock 3\)"):
+        scheduler.run()
+
+
+def test_a_failing_role_ends_the_simulation_naming_it(tmp_path, capsys):
+    assert main(["simulate", "--run-dir", str(tmp_path / "run"), "--paradigm", "asp", "--workers", "3",
+                 "--iterations", "10", "--fail-at", "1:4"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mpips: error: the simulated job failed: rank 2 (worker 1) at t=")
+    assert "injected failure (fail_at) at worker 1 iteration 4" in err[-1]
+    with pytest.raises(TaskFailed):   # the API raises
+        from mpips.simulate import simulate as run
+        run(Config(paradigm="asp", workers=2, iterations=3, fail_at="0:1", run_dir=str(tmp_path / "r2")))
+
+
+@pytest.mark.parametrize("flags,field", [
+    (("--paradigm", "ssp"), "workers"),
+    (("--workers", "2", "--checkpoint-every", "5"), "checkpoint_every"),
+    (("--workers", "2", "--sim-bandwidth", "0"), "sim_bandwidth"),
+])
+def test_bad_settings_are_one_line_errors(tmp_path, capsys, flags, field):
+    assert main(["simulate", "--run-dir", str(tmp_path / "run"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"mpips: error: invalid {field}=")
+
+
+# -- the paradigms' timing rules, at their defaults --------------------------------------
+
+def switches(log):
+    return [(e["to"], e["clock"], e["reason"]) for e in log.events("switch")]
+
+
+@pytest.fixture(scope="module")
+def syncswitch(tmp_path_factory):
+    """Sync-Switch's online policies (defaults: factor 1.5, 3 rounds, a
+    conservative window of 10) against a 4x transient straggler of worker 3
+    from its iteration 20, for 6 iterations (short) or 20 (long), inside
+    the BSP phase (switch_at 0.5 of 200 rounds)."""
+    runs = {}
+    for policy in ("greedy", "conservative"):
+        for length in (6, 20):
+            runs[policy, length] = simulate(
+                tmp_path_factory.mktemp(f"ss-{policy}-{length}"), "--paradigm", "syncswitch",
+                "--workers", "4", "--online-policy", policy, "--switch-at", "0.5",
+                "--straggler", f"3:20:{length}:4", "--iterations", "200")
+    return runs
+
+
+def test_greedy_switches_inside_the_straggle_and_back_after_it(syncswitch):
+    for length in (6, 20):
+        log = syncswitch["greedy", length]
+        (to_asp, back, final) = switches(log)
+        # slow in its iterations 20, 21, 22: server 0 sees the third slow push
+        # at clock 23, and ASP takes effect from the next round, K = 24
+        assert to_asp[0] == "asp" and "straggler" in to_asp[2] and to_asp[1] == 20 + 3 + 1
+        # back once the straggler was normal for 3 iterations after its last slow one
+        assert back[0] == "bsp" and "cleared" in back[2]
+        assert final[0] == "asp" and "budget" in final[2]
+        it = log.iterations
+        straggler = it[it["worker"] == 3]
+        end = straggler["start"][straggler["iteration"] == 20 + length][0]   # first normal iteration
+        back_time = next(e["time"] for e in log.events("switch") if e["to"] == "bsp")
+        assert back_time > end
+        assert log.status == "finished"
+
+
+def test_conservative_waits_out_its_window(syncswitch):
+    short, long = syncswitch["conservative", 6], syncswitch["conservative", 20]
+    # 6 slow rounds < the window of 10: no straggler switch, only the budget's
+    assert [s[0] for s in switches(short)] == ["asp"] and "budget" in switches(short)[0][2]
+    (to_asp, back, final) = switches(long)
+    assert to_asp[0] == "asp" and to_asp[1] == 20 + 10 + 1 and "straggler" in to_asp[2]
+    assert back[0] == "bsp" and final[0] == "asp"
+    # greedy and conservative differ exactly there
+    assert switches(syncswitch["greedy", 6]) != switches(short)
+
+
+@pytest.fixture(scope="module")
+def vsgd(tmp_path_factory):
+    """VSGD's defaults (SSP(3) gate, the path-length bound, rule max) with
+    one worker 4x slower."""
+    return simulate(tmp_path_factory.mktemp("vsgd"), "--paradigm", "vsgd", "--workers", "4",
+                    "--slowdown", "1,1,1,4", "--epochs", "3")
+
+
+def test_vsgd_damps_stale_pushes_and_leaves_fresh_ones_alone(vsgd):
+    it = vsgd.iterations
+    expected = 1 / np.maximum(1.0, it["value_staleness_bound"].astype(np.float64))
+    np.testing.assert_allclose(it["lr_scale"], expected, rtol=1e-5)
+    fresh = it[it["staleness"] == 0]
+    assert len(fresh) and (fresh["lr_scale"] == 1).all()
+    slow = it[it["worker"] == 3]
+    fast = it[it["worker"] != 3]
+    # the fast workers' pushes miss at most one update, which moved the
+    # parameters by less than an average one: never damped
+    assert (fast["lr_scale"] == 1).all()
+    # every straggler push misses three or more; most of them moved the
+    # parameters by more than an average update (81.5% in this exact run)
+    assert (slow["staleness"] >= 3).all() and (slow["lr_scale"] < 1).mean() > 0.75
+
+
+def test_dssp_r_star_is_the_hand_computed_meeting(tmp_path):
+    """Two workers at 20 ms and 50 ms of device time, DSSP's defaults [3, 15]:
+    at every controller call, the fastest's and the slowest's last two push
+    times (from the iteration table: start + wait + pull + compute + push)
+    give F_k = A_f[0] + k I_f and S_j = A_s[0] + j I_s, and r* is the k of
+    the smallest |F_k - S_j| over k, j in 0..12, by brute force."""
+    log = simulate(tmp_path / "run", "--paradigm", "dssp", "--workers", "2", "--slowdown", "1,2.5",
+                   "--epochs", "2")
+    it = log.iterations
+    ends = it["start"] + it["wait"] + it["pull"] + it["compute"] + it["push"]
+    calls = log.events("dssp_controller")
+    assert len(calls) >= 5 and any(c["r_star"] > 0 for c in calls)
+    k = np.arange(13)
+    for c in calls:
+        pushes = []
+        for w in (c["fastest"], c["slowest"]):
+            mine = np.sort(ends[(it["worker"] == w) & (ends <= c["call_time"] + 1e-12)])
+            pushes.append((mine[-1], mine[-1] - mine[-2]))
+        (a_f, i_f), (a_s, i_s) = pushes
+        assert (c["fastest"], c["slowest"]) == (0, 1)
+        assert c["interval_fast"] == pytest.approx(i_f, abs=1e-9)
+        assert c["interval_slow"] == pytest.approx(i_s, abs=1e-9)
+        distance = np.abs((a_f + k * i_f)[:, None] - (a_s + k * i_s)[None, :]).min(axis=1)
+        best = np.flatnonzero(distance <= distance.min() + 1e-9)
+        assert c["r_star"] == best[0], (c, distance.round(4))
+
+
+@pytest.fixture(scope="module")
+def gssp(tmp_path_factory):
+    """GSSP's defaults (2 groups, SSP(3) inside, exchanges every group size)
+    with the slow group 4x slower."""
+    return simulate(tmp_path_factory.mktemp("gssp"), "--paradigm", "gssp", "--workers", "4",
+                    "--slowdown", "1,1,4,4", "--epochs", "3")
+
+
+def test_gssp_groups_never_wait_for_each_other(gssp):
+    (event,) = gssp.events("gssp_groups")
+    assert event["groups"] == [[0, 1], [2, 3]]
+    it = gssp.iterations
+    fast, slow = it[it["worker"] < 2], it[it["worker"] >= 2]
+    # inside a group of equal workers, nobody waits; the fast group's speed
+    # is its own: 4x the slow group's iterations in the same time
+    assert fast["wait"].max() == 0
+    assert len(fast) / len(slow) == pytest.approx(4, rel=0.1)
+    assert it["clock_gap"].max() <= 3
+
+
+def test_gssp_exchanges_every_k_pushes(gssp):
+    ex = gssp.exchanges
+    for g in (0, 1):
+        rows = ex[ex["group"] == g]
+        rows = rows[np.argsort(rows["exchange"])]
+        assert (rows["pushes"][:-1] == 2).all() and rows["pushes"][-1] <= 2
+        assert rows["forwarded"][-1] == rows["pushes"].sum()
+        # an exchange waits for nothing: it takes the network's time only
+        assert rows["duration"].max() <= 3 * (20e-6 + 4 * gssp.layout["parameters"] / 10e9) + 1e-12
+
+
+def test_ssp_bound_holds_at_every_gate_for_64_workers(tmp_path):
+    """64 workers of mixed speeds and random stragglers, SSP's default s = 3."""
+    factors = ",".join(str(1 + (i % 4) * 0.5) for i in range(64))
+    log = simulate(tmp_path / "run", "--paradigm", "ssp", "--workers", "64", "--slowdown", factors,
+                   "--random-stragglers", "0.02:5:4", "--epochs", "3")
+    it = log.iterations
+    assert len(it) and it["clock_gap"].max() <= 3
+    assert it["clock_gap"].max() == 3          # the bound is reached: it binds
+    assert_each_sample_once(log)
+    assert math.isclose(it["batch"].sum(), log.layout["total_samples"])
