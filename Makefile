@@ -17,7 +17,7 @@ PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
 VENV_MPICH := .venv-mpich
 PY_MPICH := $(VENV_MPICH)/bin/python
 
-.PHONY: install demo test test-unit test-mpi test-slurm test-portability bench compare clean
+.PHONY: install demo test test-unit test-sim test-mpi test-slurm test-portability bench compare clean
 
 install: $(VENV)/.installed
 
@@ -34,10 +34,14 @@ demo: install
 	$(PY) -m mpips info runs/demo
 	$(PY) analysis/plot.py runs/demo -o runs/demo/figures
 
-test: install test-unit test-mpi test-slurm test-portability
+test: install test-unit test-sim test-mpi test-slurm test-portability
 
 test-unit: install
 	$(PYTEST) tests/unit
+
+# The simulator (`mpips simulate`, one process, virtual time): deterministic.
+test-sim: install
+	$(PYTEST) tests/sim
 
 # In-process MPI tests under 4 ranks, then the tests that launch whole jobs.
 test-mpi: install
