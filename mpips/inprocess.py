@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .scheduler import Scheduler
-from .state import TableLayout, shard_bounds, sum_slots
+from .state import SlotRows, TableLayout, shard_bounds, sum_slots
 
 
 @dataclass(frozen=True)
@@ -45,27 +45,21 @@ class SharedParameters:
         self.heads = [np.zeros((len(self.rows), 2), np.int64) for _ in self.bounds]
 
 
-class LocalParameterStore:
+class LocalParameterStore(SlotRows):
     """One role's handle on `SharedParameters` (mpips/windows.ParameterStore's verbs).
     `server`: the index of the server this role is, or None."""
 
     def __init__(self, shared: SharedParameters, scheduler: Scheduler, network: Network, *,
                  server: int | None, world_server_ranks: list[int], sparse: bool = False):
         self._shared, self._scheduler, self._network = shared, scheduler, network
-        self.n, self.bounds, self.rows = shared.n, shared.bounds, shared.rows
-        self._slot_of = {row: k for k, row in enumerate(self.rows)}
+        super().__init__(shared.rows)
+        self.n, self.bounds = shared.n, shared.bounds
         self.server_ranks = list(range(len(shared.bounds)))
         self.world_server_ranks = list(world_server_ranks)
         self.sparse = sparse
         self.shard_index = server
         self.shard = shared.shards[server] if server is not None else np.zeros(0, np.float32)
         self.count = self.shard.size
-
-    def slot(self, row: int) -> int:
-        try:
-            return self._slot_of[row]
-        except KeyError:
-            raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
 
     def pull(self, out: np.ndarray) -> None:
         self._scheduler.sleep(self._network.seconds(4 * self.n))

@@ -21,6 +21,21 @@ def shard_bounds(n: int, servers: int) -> list[tuple[int, int]]:
     return [(int(edges[s]), int(edges[s + 1])) for s in range(servers)]
 
 
+class SlotRows:
+    """A parameter store's client rows (the control-table rows that push)
+    and each one's gradient slot on every server."""
+
+    def __init__(self, rows):
+        self.rows = [int(r) for r in rows]
+        self._slot_of = {row: k for k, row in enumerate(self.rows)}
+
+    def slot(self, row: int) -> int:
+        try:
+            return self._slot_of[row]
+        except KeyError:
+            raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
+
+
 def sum_slots(out: np.ndarray, slots: np.ndarray, heads: np.ndarray, slot_of: dict,
               clocks, consumed, *, sparse: bool) -> int:
     """Sum into `out` the pushes counted in `clocks` and not in `consumed`

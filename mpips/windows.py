@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .state import TableLayout, shard_bounds, sum_slots
+from .state import SlotRows, TableLayout, shard_bounds, sum_slots
 
 _INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
 
@@ -35,7 +35,7 @@ def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarr
 
 
 
-class ParameterStore:
+class ParameterStore(SlotRows):
     """The flat parameter vector, sharded; pull with `Get`, push with `Put`
     into the pusher's own gradient slot.
 
@@ -69,8 +69,7 @@ class ParameterStore:
         self.bounds = shard_bounds(n, len(server_ranks))
         if clients is None:
             clients = comm.Get_size() - len(self.server_ranks)
-        self.rows = list(range(clients)) if isinstance(clients, (int, np.integer)) else [int(r) for r in clients]
-        self._slot_of = {row: k for k, row in enumerate(self.rows)}
+        super().__init__(range(clients) if isinstance(clients, (int, np.integer)) else clients)
         self.sparse = sparse
         rank = comm.Get_rank()
         mine = self.server_ranks.index(rank) if rank in self.server_ranks else None
@@ -87,12 +86,6 @@ class ParameterStore:
         for win in (self._param_win, self._grad_win, self._head_win):
             win.Lock_all()
         self._head = np.zeros(2, np.int64)
-
-    def slot(self, row: int) -> int:
-        try:
-            return self._slot_of[row]
-        except KeyError:
-            raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
 
     # worker side ------------------------------------------------------------
     def pull(self, out: np.ndarray) -> None:
