@@ -25,6 +25,7 @@ from collections import deque
 from typing import Callable
 
 import greenlet
+import torch
 
 from .wait import StallError
 
@@ -38,6 +39,10 @@ class Task:
         self.name = name
         self.result = None
         self.waiting_for: tuple[str, Callable[[], str]] | None = None
+        # torch's grad mode is per thread, and every task runs in this one: a
+        # task that sleeps inside `torch.no_grad()` (an evaluation's pull)
+        # must not leave it off for the next
+        self.grad_enabled = True
 
         def run():
             self.result = body()
@@ -78,12 +83,15 @@ class Scheduler:
                 task = self._runnable.popleft()
                 self.current = task
                 self.switches += 1
+                torch.set_grad_enabled(task.grad_enabled)
                 try:
                     task.greenlet.switch()
                 except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
                     raise TaskFailed(f"{task.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
                 finally:
+                    task.grad_enabled = torch.is_grad_enabled()
                     self.current = None
+                    torch.set_grad_enabled(True)
                 continue
             if self._changed and self._parked:
                 self._changed = False

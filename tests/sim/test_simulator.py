@@ -83,6 +83,29 @@ def test_a_wait_that_cannot_end_is_a_deadlock_naming_it():
         scheduler.run()
 
 
+def test_torch_grad_mode_is_each_tasks_own():
+    """A task sleeping inside torch.no_grad() (an inline evaluation pulling
+    the parameters) leaves grad mode on for the others: all tasks share one
+    thread, and grad mode is per thread."""
+    import torch
+
+    scheduler, seen = Scheduler(), {}
+
+    def evaluator():
+        with torch.no_grad():
+            scheduler.sleep(1.0)
+            seen["evaluator"] = torch.is_grad_enabled()
+
+    def worker():
+        scheduler.sleep(0.5)
+        seen["worker"] = torch.is_grad_enabled()
+
+    scheduler.spawn("evaluator", evaluator)
+    scheduler.spawn("worker", worker)
+    scheduler.run()
+    assert seen == {"evaluator": False, "worker": True} and torch.is_grad_enabled()
+
+
 def test_a_failing_role_ends_the_simulation_naming_it(tmp_path, capsys):
     assert main(["simulate", "--run-dir", str(tmp_path / "run"), "--paradigm", "asp", "--workers", "3",
                  "--iterations", "10", "--fail-at", "1:4"]) == 1
