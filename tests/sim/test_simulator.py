@@ -198,9 +198,10 @@ def test_vsgd_damps_stale_pushes_and_leaves_fresh_ones_alone(vsgd):
     # the fast workers' pushes miss at most one update, which moved the
     # parameters by less than an average one: never damped
     assert (fast["lr_scale"] == 1).all()
-    # every straggler push misses three or more; most of them moved the
-    # parameters by more than an average update (81.5% in this exact run)
-    assert (slow["staleness"] >= 3).all() and (slow["lr_scale"] < 1).mean() > 0.75
+    # every straggler push misses three or more, and at least 80% of them
+    # moved the parameters by more than an average update (the MPI test's
+    # claim before it was loosened for load; 81.5% in this exact run)
+    assert (slow["staleness"] >= 3).all() and (slow["lr_scale"] < 1).mean() >= 0.8
 
 
 def test_dssp_r_star_is_the_hand_computed_meeting(tmp_path):
