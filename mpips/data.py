@@ -7,6 +7,7 @@ because LB-BSP changes a worker's batch size every round.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.util
 import os
@@ -380,9 +381,8 @@ class GlobalStream:
     def order(self, epoch: int) -> torch.Tensor:
         """Sample indices of `epoch` in stream order (the last two are kept)."""
         if epoch not in self._orders:
-            rng = np.random.default_rng(_entropy(self.seed, 0x5EED, epoch))
             self._orders = {e: o for e, o in self._orders.items() if e == epoch - 1}
-            self._orders[epoch] = torch.from_numpy(rng.permutation(len(self)))
+            self._orders[epoch] = _stream_order(self.seed, epoch, len(self))
         return self._orders[epoch]
 
     def indices(self, start: int, n: int) -> torch.Tensor:
@@ -398,6 +398,12 @@ class GlobalStream:
     def batch(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         rows = self.indices(start, n)
         return self.x[rows], self.y[rows]
+
+
+@functools.lru_cache(maxsize=16)
+def _stream_order(seed: int, epoch: int, n: int) -> torch.Tensor:
+    # one process may hold many streams of one seed (mpips simulate: one per worker)
+    return torch.from_numpy(np.random.default_rng(_entropy(seed, 0x5EED, epoch)).permutation(n))
 
 
 def _entropy(*values: int) -> list[int]:

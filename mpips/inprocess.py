@@ -63,6 +63,7 @@ class LocalParameterStore(SlotRows):
 
     def pull(self, out: np.ndarray) -> None:
         self._scheduler.sleep(self._network.seconds(4 * self.n))
+        self._scheduler.read(id(self._shared))
         for shard, (lo, hi) in zip(self._shared.shards, self.bounds):
             out[lo:hi] = shard
 
@@ -87,7 +88,7 @@ class LocalParameterStore(SlotRows):
     def _announce(self, k: int, number: int, key: int) -> None:
         for heads in self._shared.heads:
             heads[k] = number, key
-        self._scheduler.changed()
+        self._scheduler.changed(id(self._shared))
 
     def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
         if not self.count:
@@ -97,7 +98,7 @@ class LocalParameterStore(SlotRows):
                          clocks, consumed, sparse=self.sparse)
 
     def publish(self) -> None:
-        self._scheduler.changed()
+        self._scheduler.changed(id(self._shared))
 
     def free(self) -> None:
         pass
@@ -118,18 +119,21 @@ class LocalControlTable(TableLayout):
         return np.zeros(TableLayout(workers, servers).size)
 
     def read(self) -> np.ndarray:
-        self._snap[:] = self._table
-        return self._snap.copy()
+        self._scheduler.read(id(self._table))
+        # a new array each time: `latest` is the last read, and whoever holds
+        # an earlier one keeps its snapshot (one copy instead of two)
+        self._snap = self._table.copy()
+        return self._snap
 
     def write(self, offset: int, values) -> None:
         vals = np.asarray(values, dtype=np.float64).reshape(-1)
         self._table[offset:offset + len(vals)] = vals
-        self._scheduler.changed()
+        self._scheduler.changed(id(self._table))
 
     def add(self, offset: int, value: float) -> float:
         before = float(self._table[offset])
         self._table[offset] = before + value
-        self._scheduler.changed()
+        self._scheduler.changed(id(self._table))
         return before
 
     def free(self) -> None:

@@ -6,7 +6,9 @@ ends. Sleeps advance virtual time (a heap of wake-up times, ties in the order
 the sleeps were asked for); a wait whose condition is false parks the task
 until the shared state changes (the in-process transport calls `changed()` on
 every write) and every task due at the current instant has run, then checks
-again. Nothing depends on the wall clock or on thread timing, so a run is
+again; a wait is woken only by writes to what its last check read (a GSSP
+group's table, not another group's), else every write would wake every
+parked task. Nothing depends on the wall clock or on thread timing, so a run is
 bit-reproducible, and a wait that can never end is found at once: no task
 can run, none sleeps, and the stall names what each waiting task waits for.
 
@@ -43,6 +45,8 @@ class Task:
         # task that sleeps inside `torch.no_grad()` (an evaluation's pull)
         # must not leave it off for the next
         self.grad_enabled = True
+        self.reads: set[int] = set()   # the sources its last readiness check read
+        self.parked = 0                # the number of its current park, 0 when not parked
 
         def run():
             self.result = body()
@@ -58,8 +62,9 @@ class Scheduler:
         self._main = greenlet.getcurrent()
         self._runnable: deque[Task] = deque()
         self._timers: list[tuple[float, int, Task]] = []
-        self._parked: list[Task] = []
-        self._changed = False
+        self._parked: dict[Task, int] = {}                 # parked task -> its park number
+        self._by_source: dict[int, list[tuple[Task, int]]] = {}
+        self._dirty: set[int] = set()
         self._seq = 0
         self.current: Task | None = None
         self.switches = 0     # task resumptions: the simulator's own work (benchmarks/simulator.py)
@@ -70,10 +75,28 @@ class Scheduler:
         self._runnable.append(task)
         return task
 
-    def changed(self) -> None:
-        """The shared state changed: parked waits check again (once every
-        task due now has run, so one check sees all of this instant's writes)."""
-        self._changed = True
+    def changed(self, source: int) -> None:
+        """`source` (a table, a parameter store) changed: the waits that read
+        it check again (once every task due now has run, so one check sees
+        all of this instant's writes)."""
+        self._dirty.add(source)
+
+    def read(self, source: int) -> None:
+        """The running task read `source`."""
+        if self.current is not None:
+            self.current.reads.add(source)
+
+    def _wake(self) -> None:
+        """Make runnable, in the order they parked, the parked tasks that read a changed source."""
+        woken = {}
+        for source in (*self._dirty, ANY):
+            for task, number in self._by_source.pop(source, ()):
+                if self._parked.get(task) == number:   # else woken since, or parked again
+                    woken[task] = number
+        self._dirty.clear()
+        for task in sorted(woken, key=woken.get):
+            del self._parked[task]
+            self._runnable.append(task)
 
     def run(self) -> None:
         """Run every task to its end. Raises TaskFailed if one raises (the
@@ -93,12 +116,10 @@ class Scheduler:
                     self.current = None
                     torch.set_grad_enabled(True)
                 continue
-            if self._changed and self._parked:
-                self._changed = False
-                self._runnable.extend(self._parked)
-                self._parked.clear()
-                continue
-            self._changed = False
+            if self._dirty:
+                self._wake()
+                if self._runnable:
+                    continue
             if self._timers:
                 self.now = self._timers[0][0]
                 while self._timers and self._timers[0][0] == self.now:
@@ -106,7 +127,8 @@ class Scheduler:
                 continue
             if self._parked:
                 raise StallError("deadlock in virtual time: " + "; ".join(
-                    f"{t.waiting_for[0]}: waiting for {t.waiting_for[1]()}" for t in self._parked))
+                    f"{t.waiting_for[0]}: waiting for {t.waiting_for[1]()}" for t in sorted(
+                        self._parked, key=self._parked.get)))
             return
 
     # called from inside a task ------------------------------------------------------
@@ -120,19 +142,33 @@ class Scheduler:
     def wait_until(self, ready, *, what: str, describe, warn: float, timeout: float, due=None) -> float:
         """wait.wait_until in virtual time: check `ready()` whenever the shared
         state changed; `warn` and `due` do not apply (nothing polls)."""
+        task = self.current
+        task.reads.clear()
         if ready():
             return 0.0
-        start, task = self.now, self.current
+        start = self.now
         task.waiting_for = (what, describe)
         while True:
-            self._parked.append(task)
+            self._park(task)
             self._main.switch()
+            task.reads.clear()
             if ready():
                 task.waiting_for = None
                 return self.now - start
             if self.now - start > timeout:
                 raise StallError(f"{what}: stalled {self.now - start:.0f}s of virtual time "
                                  f"(stall_timeout); waiting for {describe()}")
+
+
+    def _park(self, task: Task) -> None:
+        self._seq += 1
+        self._parked[task] = self._seq
+        # a check that read nothing through the transport waits for any change
+        for source in task.reads or (ANY,):
+            self._by_source.setdefault(source, []).append((task, self._seq))
+
+
+ANY = -1   # the source of every change, for waits that read none
 
 
 class VirtualClock:

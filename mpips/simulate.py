@@ -82,8 +82,10 @@ def simulate(config: Config) -> str:
             run_dir=config.run_dir, t0=0.0,
             store=LocalParameterStore(shared, scheduler, network, server=index if role == SERVER else None,
                                       world_server_ranks=layout.server_ranks, sparse=sparse),
+            # every log flushes by the wall clock: `size` of them in one process
+            # would flush `size` times as often
             control=control, log=RankLog(rank_file(config.run_dir, rank), rank,
-                                         flush_seconds=config.log_flush_seconds),
+                                         flush_seconds=config.log_flush_seconds * size),
             paradigm=mine, iterations=iterations, iterations_per_epoch=ipe, num_params=n,
             checkpointer=NoCheckpoints(config), total_samples=total_samples, budget_table=control,
             clock=scheduler.clock))
