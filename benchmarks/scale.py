@@ -1,0 +1,305 @@
+"""The paradigms at 16, 64 and 256 workers, in the simulator (`mpips simulate`).
+
+    python benchmarks/scale.py                 # every paradigm at 16, 64, 256 workers (about 15 min)
+    python benchmarks/scale.py --keep          # redo the table and figures from runs/scale/ already there
+
+Every paradigm at its default settings plus `--evaluator` (GSSP: `--groups`
+sqrt(W), see below), the digits MLP, batch 16 per worker, device time 20 ms
+per iteration (the simulator's default), on the shared-cluster mix of
+sim_common.py: 70% of the workers at 1x, 15% at 1.5x, 10% at 2x, 5% at 3x,
+persistent, plus transient 4x stragglers (1% of iterations start one, mean
+10 iterations). One seed (0): the simulator is deterministic, so a second
+run of the same seed gives the same numbers; the spread over seeds is not
+measured here.
+
+The same global sample budget for every paradigm at a given W (`--epochs`,
+passes over the 1437 training samples by all workers together), larger at
+larger W: one BSP round is W x 16 samples (256 at W=16, 4096 at W=256, 2.85
+epochs), and `--lr` is the learning rate of one update from W x 16 samples
+(pushes are scaled 1/W), so at a fixed epoch budget a larger W means fewer,
+larger updates. The budgets (15, 40, 120 epochs) give BSP about 85, 57 and
+43 rounds. The learning rate grows as sqrt(W): 0.05 (the default) at W=16,
+0.1 at 64, 0.2 at 256. A check of BSP's replay (W=4 at the same global
+batch, 15/40/120 epochs) gave, at global batch 256: lr 0.05 92%, 0.1 96%;
+1024: 0.1 93%, 0.2 95%; 4096: 0.05 75%, 0.2 94%, 0.4 diverged. One lr for
+every W fails at one end: 0.2 made ASP and GSSP diverge at W=4-8 (an
+asynchronous push of 16 samples then moves the weights as much as BSP's
+step of W x 16), 0.05 leaves W=256 far from 90%.
+
+Writes results/scale.json, results/scale.md and results/scale/*.png; the
+runs' logs stay in runs/scale/ (not committed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import RESULTS, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
+import sim_common  # noqa: E402
+
+PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd")
+WORKERS = (16, 64, 256)
+EPOCHS = {16: 15.0, 64: 40.0, 256: 120.0}
+LR = {16: 0.05, 64: 0.1, 256: 0.2}   # 0.05 x sqrt(W / 16)
+TARGETS = (0.90, 0.95)
+DEVICE_TIME = 0.020   # s per iteration of 16 samples at 1x (the simulator's default)
+FIGURES = os.path.join(RESULTS, "scale")
+RUNS = os.path.join(os.path.dirname(HERE), "runs", "scale")
+
+
+def groups_for(workers: int) -> int:
+    """GSSP's groups: sqrt(W), so groups and their size grow alike (4 of 4, 8 of 8, 16 of 16)."""
+    return max(1, int(round(math.sqrt(workers))))
+
+
+def lr_for(workers: int) -> float:
+    """0.05 (the default) at 16 workers, times sqrt(W / 16) (global batch W x 16)."""
+    return LR.get(workers, 0.05 * math.sqrt(workers / 16))
+
+
+def overrides(paradigm: str, workers: int, run_dir: str, seed: int) -> dict:
+    epochs = EPOCHS[workers]
+    o = {"paradigm": paradigm, "workers": workers, "epochs": epochs, "lr": lr_for(workers), "evaluator": True,
+         "eval_every": epochs / 40, "seed": seed, "run_dir": run_dir, **sim_common.options(workers)}
+    if paradigm == "gssp":
+        o["groups"] = groups_for(workers)
+    return o
+
+
+def inner(paradigm: str, workers: int, run_dir: str, seed: int) -> dict:
+    """One simulated job in this process; the simulator's wall time."""
+    import contextlib
+    import io
+
+    from mpips.config import load
+    from mpips.simulate import simulate
+
+    sim_common.grad_mode_workaround()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cfg = load(None, overrides(paradigm, workers, run_dir, seed))
+    began = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        simulate(cfg)
+    return {"simulator_wall_s": time.perf_counter() - began}
+
+
+def run(paradigm: str, workers: int, seed: int, keep: bool) -> dict:
+    run_dir = os.path.join(RUNS, f"w{workers}-{paradigm}-s{seed}")
+    stamp = os.path.join(run_dir, "scale.json")
+    if keep and os.path.exists(stamp):
+        with open(stamp) as fh:
+            timing = json.load(fh)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out.json")
+            cmd = [sys.executable, os.path.abspath(__file__), "--inner", out, "--paradigms", paradigm,
+                   "--workers", str(workers), "--epochs", f"{workers}:{EPOCHS[workers]:g}", "--seed", str(seed), "--run-dir", run_dir]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(HERE),
+                                                                            os.environ.get("PYTHONPATH")]))}
+            began = time.perf_counter()
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            if p.returncode != 0:
+                print(f"FAILED {paradigm} W={workers}:\n{p.stdout[-3000:]}", flush=True)
+                return {"paradigm": paradigm, "workers": workers, "seed": seed, "failed": p.stdout[-2000:]}
+            with open(out) as fh:
+                timing = json.load(fh)
+            timing["process_wall_s"] = time.perf_counter() - began
+        with open(stamp, "w") as fh:
+            json.dump(timing, fh)
+    return {"paradigm": paradigm, "workers": workers, "seed": seed, **timing, **read(run_dir, workers)}
+
+
+def read(run_dir: str, workers: int) -> dict:
+    from mpips.log import RunLog
+
+    log = RunLog(run_dir)
+    s = log.summary()
+    ev = log.evaluations
+    rounds = s["pushes"] / workers
+    out = {"run_dir": os.path.relpath(run_dir, os.path.dirname(HERE)),
+           "groups": groups_for(workers) if s["paradigm"] == "gssp" else None,
+           "epochs": EPOCHS[workers], "virtual_s": s["wall_seconds"], "final_accuracy": s["final_accuracy"],
+           "best_accuracy": s["best_accuracy"], "updates": s["updates"], "pushes": s["pushes"],
+           "samples": s["samples"], "samples_per_s": s["samples_per_second"],
+           "wait_fraction": s["mean_wait_fraction"], "mean_staleness": s["mean_staleness"],
+           "max_staleness": s["max_staleness"], "max_clock_gap": s["max_clock_gap"],
+           # virtual seconds per W pushes, in units of the 1x device time: 1.0 = no waiting, no slowdown
+           "round_time_per_device_time": s["wall_seconds"] / rounds / DEVICE_TIME if rounds else None,
+           "curve": {"time": ev["time"].tolist(), "epoch": ev["epoch"].tolist(),
+                     "accuracy": ev["accuracy"].tolist()}}
+    for t in TARGETS:
+        out[f"time_to_{int(100 * t)}"] = log.time_to_accuracy(t)
+        out[f"epochs_to_{int(100 * t)}"] = log.epochs_to_accuracy(t)
+    return out
+
+
+def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(FIGURES, exist_ok=True)
+    ok = [r for r in results if "failed" not in r]
+    by = {(r["paradigm"], r["workers"]): r for r in ok}
+    names = []
+    markers = "os^vDP*Xh"
+
+    def per_w(key, ylabel, fname, title, logy=False):
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        values = []
+        for k, p in enumerate(paradigms):
+            xs = [w for w in workers if (p, w) in by and by[(p, w)].get(key) is not None]
+            values += [by[(p, w)][key] for w in xs]
+            ax.plot(xs, [by[(p, w)][key] for w in xs], marker=markers[k % len(markers)], label=p)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(workers, [str(w) for w in workers])
+        if logy and values:
+            ax.set_yscale("log" if min(values) > 0 else "symlog", **({} if min(values) > 0 else {"linthresh": 1}))
+        ax.set_xlabel("workers")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, ncol=2)
+        fig.tight_layout()
+        fig.savefig(os.path.join(FIGURES, fname), dpi=110)
+        plt.close(fig)
+        names.append(fname)
+
+    for t in TARGETS:
+        per_w(f"time_to_{int(100 * t)}", f"virtual seconds to {100 * t:.0f}% test accuracy",
+              f"time_to_{int(100 * t)}.png", f"time to {100 * t:.0f}% (missing: not reached)", logy=True)
+    per_w("final_accuracy", "final test accuracy", "final_accuracy.png", "final accuracy, same budget per W")
+    per_w("mean_staleness", "mean iteration staleness", "staleness.png", "mean staleness of a push", logy=True)
+    per_w("round_time_per_device_time", "virtual time per W pushes / 1x device time", "round_time.png",
+          "time per round of W pushes (1 = no waiting at 1x)")
+
+    fig, axes = plt.subplots(1, len(workers), figsize=(5 * len(workers), 4), sharey=True)
+    for ax, w in zip(axes if len(workers) > 1 else [axes], workers):
+        for k, p in enumerate(paradigms):
+            if (p, w) in by:
+                c = by[(p, w)]["curve"]
+                ax.plot(c["time"], c["accuracy"], label=p, marker=markers[k % len(markers)], markersize=3)
+        ax.set_title(f"{w} workers, {EPOCHS[w]:g} epochs", fontsize=10)
+        ax.set_xlabel("virtual seconds")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    (axes[0] if len(workers) > 1 else axes).set_ylabel("test accuracy")
+    (axes[0] if len(workers) > 1 else axes).legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(FIGURES, "accuracy.png"), dpi=110)
+    plt.close(fig)
+    names.append("accuracy.png")
+    return names
+
+
+def markdown(results: list[dict], paradigms: list[str], workers: list[int], figs: list[str], total: float,
+             seed: int) -> str:
+    by = {(r["paradigm"], r["workers"]): r for r in results}
+
+    def fmt(v, digits=2):
+        return "-" if v is None else f"{v:.{digits}f}"
+
+    def pct(v):
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    headers = ["paradigm"] + [f"{h} W={w}" for h in ("to 90% (s)",) for w in workers] \
+        + [f"to 95% (s) W={w}" for w in workers] + [f"final W={w}" for w in workers]
+    rows = []
+    for p in paradigms:
+        row = [p + (" (G=" + "/".join(str(groups_for(w)) for w in workers) + ")" if p == "gssp" else "")]
+        for key, f in (("time_to_90", fmt), ("time_to_95", fmt), ("final_accuracy", pct)):
+            for w in workers:
+                r = by.get((p, w), {})
+                row.append("failed" if "failed" in r else f(r.get(key)))
+        rows.append(row)
+    main = table(headers, rows)
+
+    headers2 = ["W", "paradigm", "epochs", "virtual (s)", "to 90% (s)", "epochs to 90%", "to 95% (s)",
+                "final acc", "best acc", "updates", "samples/s", "round / T", "wait share", "mean stal.",
+                "max stal.", "max clock gap", "sim wall (s)"]
+    rows2 = []
+    for w in workers:
+        for p in paradigms:
+            r = by.get((p, w))
+            if not r or "failed" in r:
+                rows2.append([w, p, "failed"] + [""] * (len(headers2) - 3))
+                continue
+            rows2.append([w, p + (f" G={r['groups']}" if r["groups"] else ""), r["epochs"], r["virtual_s"],
+                          fmt(r["time_to_90"]), fmt(r["epochs_to_90"], 1), fmt(r["time_to_95"]),
+                          pct(r["final_accuracy"]), pct(r["best_accuracy"]), r["updates"],
+                          f"{r['samples_per_s']:.0f}", fmt(r["round_time_per_device_time"]),
+                          pct(r["wait_fraction"]), fmt(r["mean_staleness"], 1), r["max_staleness"],
+                          r["max_clock_gap"], fmt(r["simulator_wall_s"], 1)])
+    detail = table(headers2, rows2)
+    settings = ("Digits MLP, batch 16 per worker, lr " + ", ".join(f"W={w}: {lr_for(w):g}" for w in workers)
+                + f" (0.05 x sqrt(W/16); per update of W x 16 samples; pushes scaled 1/W), "
+                f"momentum 0.9 (asynchronous pushes: compensated, the default), device time 20 ms per iteration "
+                f"at 1x, `--evaluator`, seed {seed}, one run each (the simulator is deterministic; no spread over "
+                f"seeds). Budget (`--epochs`, global): " + ", ".join(f"W={w}: {EPOCHS[w]:g}" for w in workers)
+                + f". Cluster: {sim_common.DESCRIPTION}. GSSP: `--groups` sqrt(W) = "
+                + ", ".join(str(groups_for(w)) for w in workers) + "; every other setting at its default. "
+                f"Times are virtual seconds (the simulator's clock). Total {total / 60:.1f} min of wall time.")
+    return (settings + "\n\n## Time to target and final accuracy\n\n" + main
+            + "\n\n## Every run\n\n`round / T`: virtual time per W pushes over the 1x device time (1.00 = every "
+            "worker computing at 1x all the time, no waiting); `wait share`: the workers' mean share of time "
+            "at the gate; staleness: updates applied between a push's pull and the push.\n\n" + detail
+            + "\n\n" + "\n".join(f"![{f}](scale/{f})" for f in figs) + "\n")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--paradigms", default=",".join(PARADIGMS))
+    p.add_argument("--workers", default=",".join(map(str, WORKERS)))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", default=",".join(f"{w}:{e:g}" for w, e in EPOCHS.items()),
+                   help="the global budget per worker count, W:epochs,...")
+    p.add_argument("--keep", action="store_true", help="reuse runs already in runs/scale/")
+    p.add_argument("--notes", default=os.path.join(HERE, "scale_notes.md"),
+                   help="the discussion appended to scale.md (hand-written from the numbers)")
+    p.add_argument("--inner", default="", help=argparse.SUPPRESS)
+    p.add_argument("--run-dir", default="", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    paradigms = [x for x in args.paradigms.split(",") if x]
+    workers = [int(x) for x in args.workers.split(",") if x]
+    EPOCHS.update({int(w): float(e) for w, e in (item.split(":") for item in args.epochs.split(",") if item)})
+
+    if args.inner:
+        result = inner(paradigms[0], workers[0], args.run_dir, args.seed)
+        with open(args.inner, "w") as fh:
+            json.dump(result, fh)
+        return 0
+
+    began = time.perf_counter()
+    results = []
+    for w in workers:           # smallest first: a broken set-up shows early
+        for paradigm in paradigms:
+            r = run(paradigm, w, args.seed, args.keep)
+            results.append(r)
+            if "failed" not in r:
+                print(f"W={w:3d} {paradigm:10s} final {100 * r['final_accuracy']:5.1f}%  to 90% "
+                      f"{r['time_to_90'] if r['time_to_90'] is not None else '-'}  virtual {r['virtual_s']:.1f}s  "
+                      f"sim {r['simulator_wall_s']:.1f}s", flush=True)
+    total = time.perf_counter() - began
+    figs = figures(results, paradigms, workers)
+    md = markdown(results, paradigms, workers, figs, total, args.seed)
+    if os.path.exists(args.notes):
+        with open(args.notes) as fh:
+            md += "\n" + fh.read()
+    settings = {"paradigms": paradigms, "workers": workers, "epochs": EPOCHS, "lr": {w: lr_for(w) for w in workers}, "batch_size": 16,
+                "device_time": "20ms", "seed": args.seed, "targets": TARGETS, "cluster": sim_common.DESCRIPTION,
+                "gssp_groups": {w: groups_for(w) for w in workers}, "total_wall_s": total}
+    write_results("scale", {"settings": settings, "results": results}, md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

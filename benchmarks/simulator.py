@@ -1,0 +1,237 @@
+"""The simulator's own cost: `mpips simulate` at 256 workers, every paradigm.
+
+    python benchmarks/simulator.py                      # 256 workers x 40 iterations, every paradigm
+    python benchmarks/simulator.py --profile bsp,gssp   # also cProfile those (results/simulator-profile-*.txt)
+
+Each paradigm runs the digits MLP with 256 workers, `--iterations 40` (a
+global budget of 256 x 40 x 16 samples, so about 10240 worker iterations),
+an evaluator rank, and the shared-cluster mix of sim_common.py (persistent
+slowdowns and random stragglers, so workers wait on each other), in a fresh
+Python process (one paradigm's state cannot slow the next). In that process
+the benchmark times, in wall and CPU time:
+
+- set-up: simulate() up to the scheduler's start (data, model copies, one
+  HDF5 log file per rank);
+- the run: Scheduler.run (GSSP: its profiling run too);
+- the real forward/backward: every Worker.compute_gradient call (it never
+  switches tasks, so its wall time is its own);
+- the servers' optimizer steps (ServerOptimizer.step), real work too;
+- the end: closing the logs, judging the run.
+
+The simulator's cost per worker iteration is (run - forward/backward) /
+worker iterations; "beyond the job's work" also takes off the optimizer
+steps. Goal: < 100 us per iteration, and each run < 2 minutes. CPU time is
+given beside wall time because the machine is shared (2 cores).
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import RESULTS, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
+import sim_common  # noqa: E402
+
+PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd")
+GOAL_US = 100.0
+GOAL_RUN_S = 120.0
+
+
+def config_overrides(paradigm: str, workers: int, iterations: int, groups: int, run_dir: str) -> dict:
+    o = {"paradigm": paradigm, "workers": workers, "iterations": iterations, "evaluator": True,
+         "run_dir": run_dir, **sim_common.options(workers)}
+    if paradigm == "gssp":
+        o["groups"] = groups
+    return o
+
+
+def measure(overrides: dict, profile_path: str | None) -> dict:
+    """One simulated job in this process, timed by parts (see the module doc)."""
+    import mpips.optim
+    import mpips.scheduler
+    import mpips.simulate
+    import mpips.worker
+    from mpips.config import load
+    from mpips.log import RunLog
+
+    sim_common.grad_mode_workaround()
+
+    acc = {"compute_wall": 0.0, "compute_cpu": 0.0, "compute_calls": 0, "opt_wall": 0.0, "opt_calls": 0,
+           "run_wall": 0.0, "run_cpu": 0.0, "run_calls": 0, "switches": 0, "first_run_at": None}
+    schedulers = []
+
+    compute = mpips.worker.Worker.compute_gradient
+
+    def timed_compute(self, x, y):
+        w, c = time.perf_counter(), time.process_time()
+        out = compute(self, x, y)
+        acc["compute_wall"] += time.perf_counter() - w
+        acc["compute_cpu"] += time.process_time() - c
+        acc["compute_calls"] += 1
+        return out
+
+    step = mpips.optim.ServerOptimizer.step
+
+    def timed_step(self, *a, **k):
+        w = time.perf_counter()
+        out = step(self, *a, **k)
+        acc["opt_wall"] += time.perf_counter() - w
+        acc["opt_calls"] += 1
+        return out
+
+    run = mpips.scheduler.Scheduler.run
+
+    def timed_run(self):
+        if acc["first_run_at"] is None:
+            acc["first_run_at"] = time.perf_counter()
+        w, c = time.perf_counter(), time.process_time()
+        try:
+            return run(self)
+        finally:
+            acc["run_wall"] += time.perf_counter() - w
+            acc["run_cpu"] += time.process_time() - c
+            acc["run_calls"] += 1
+            acc["last_run_end"] = time.perf_counter()
+            if self not in schedulers:
+                schedulers.append(self)
+
+    mpips.worker.Worker.compute_gradient = timed_compute
+    mpips.optim.ServerOptimizer.step = timed_step
+    mpips.scheduler.Scheduler.run = timed_run
+
+    cfg = load(None, overrides)
+    shutil.rmtree(cfg.run_dir, ignore_errors=True)
+    profiler = cProfile.Profile() if profile_path else None
+    t0, c0 = time.perf_counter(), time.process_time()
+    if profiler:
+        profiler.enable()
+    mpips.simulate.simulate(cfg)
+    if profiler:
+        profiler.disable()
+    total_wall, total_cpu = time.perf_counter() - t0, time.process_time() - c0
+    if profiler:
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        text.write(f"cProfile of one simulated job: {json.dumps({k: v for k, v in overrides.items() if k != 'slowdown'})}\n\n")
+        stats.sort_stats("tottime").print_stats(40)
+        stats.sort_stats("cumulative").print_stats(60)
+        with open(profile_path, "w") as fh:
+            fh.write(text.getvalue())
+
+    summary = RunLog(cfg.run_dir).summary()
+    iterations = acc["compute_calls"]
+    sim_wall = acc["run_wall"] - acc["compute_wall"]
+    sim_cpu = acc["run_cpu"] - acc["compute_cpu"]
+    return {
+        "workers": cfg.workers, "paradigm": cfg.paradigm, "groups": cfg.groups if cfg.paradigm == "gssp" else None,
+        "profiled": bool(profiler),
+        "total_wall_s": total_wall, "total_cpu_s": total_cpu,
+        "setup_wall_s": acc["first_run_at"] - t0,
+        "run_wall_s": acc["run_wall"], "run_cpu_s": acc["run_cpu"],
+        "end_wall_s": t0 + total_wall - acc["last_run_end"],
+        "compute_wall_s": acc["compute_wall"], "compute_cpu_s": acc["compute_cpu"],
+        "optimizer_wall_s": acc["opt_wall"], "optimizer_steps": acc["opt_calls"],
+        "worker_iterations": iterations,
+        "compute_us_per_iteration": 1e6 * acc["compute_wall"] / iterations,
+        "sim_us_per_iteration": 1e6 * sim_wall / iterations,
+        "sim_cpu_us_per_iteration": 1e6 * sim_cpu / iterations,
+        "sim_beyond_job_us_per_iteration": 1e6 * (sim_wall - acc["opt_wall"]) / iterations,
+        "switches": sum(s.switches for s in schedulers),
+        "switches_per_iteration": sum(s.switches for s in schedulers) / iterations,
+        "virtual_seconds": summary["wall_seconds"], "final_accuracy": summary["final_accuracy"],
+        "updates": summary["updates"], "pushes": summary["pushes"],
+    }
+
+
+def run_one(paradigm: str, args, profile: bool) -> dict:
+    """measure() in a fresh process; returns its result."""
+    with tempfile.TemporaryDirectory(prefix="mpips-simbench-") as tmp:
+        out = os.path.join(tmp, "out.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--inner", out, "--paradigms", paradigm,
+               "--workers", str(args.workers), "--iterations", str(args.iterations), "--groups", str(args.groups)]
+        if profile:
+            cmd += ["--profile", paradigm]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(HERE),
+                                                                        os.environ.get("PYTHONPATH")]))}
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout[-4000:]}")
+        with open(out) as fh:
+            return json.load(fh)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--paradigms", default=",".join(PARADIGMS))
+    p.add_argument("--workers", type=int, default=256)
+    p.add_argument("--iterations", type=int, default=40, help="--iterations of each job (per worker, on average)")
+    p.add_argument("--groups", type=int, default=16, help="GSSP's --groups")
+    p.add_argument("--profile", default="", help="paradigms to run once more under cProfile")
+    p.add_argument("--name", default="simulator", help="results/<name>.json and .md")
+    p.add_argument("--inner", default="", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    paradigms = [x for x in args.paradigms.split(",") if x]
+    profiled = [x for x in args.profile.split(",") if x]
+
+    if args.inner:   # one paradigm, in this process
+        paradigm = paradigms[0]
+        with tempfile.TemporaryDirectory(prefix="mpips-simbench-run-") as run_dir:
+            path = (os.path.join(RESULTS, f"{args.name}-profile-{paradigm}.txt") if paradigm in profiled else None)
+            result = measure(config_overrides(paradigm, args.workers, args.iterations, args.groups, run_dir), path)
+        with open(args.inner, "w") as fh:
+            json.dump(result, fh)
+        return 0
+
+    os.makedirs(RESULTS, exist_ok=True)
+    results, profiles, began = [], [], time.perf_counter()
+    for paradigm in paradigms:
+        r = run_one(paradigm, args, profile=False)
+        results.append(r)
+        print(f"{paradigm}: {r['total_wall_s']:.1f} s, {r['sim_us_per_iteration']:.0f} us/iteration "
+              f"beyond forward/backward", flush=True)
+    for paradigm in profiled:
+        r = run_one(paradigm, args, profile=True)
+        profiles.append(r)
+        print(f"{paradigm} profiled: {r['total_wall_s']:.1f} s (under cProfile)", flush=True)
+
+    headers = ["paradigm", "worker iterations", "total (s)", "set-up (s)", "run (s)", "end (s)",
+               "fwd/bwd (s)", "fwd/bwd (us/it)", "simulator (us/it)", "simulator CPU (us/it)",
+               "beyond optimizer (us/it)", "switches/it", "virtual (s)", "final acc", "goals"]
+    rows = []
+    for r in results:
+        ok = r["sim_us_per_iteration"] < GOAL_US and r["total_wall_s"] < GOAL_RUN_S
+        name = r["paradigm"] + (f" (G={r['groups']})" if r["groups"] else "")
+        rows.append([name, r["worker_iterations"], r["total_wall_s"], r["setup_wall_s"], r["run_wall_s"],
+                     r["end_wall_s"], r["compute_wall_s"], r["compute_us_per_iteration"],
+                     r["sim_us_per_iteration"], r["sim_cpu_us_per_iteration"],
+                     r["sim_beyond_job_us_per_iteration"], r["switches_per_iteration"], r["virtual_seconds"],
+                     r["final_accuracy"],
+                     "met" if ok else ("run > 2 min; " if r["total_wall_s"] >= GOAL_RUN_S else "")
+                     + ("> 100 us/it" if r["sim_us_per_iteration"] >= GOAL_US else "")])
+    md = (f"{args.workers} workers x `--iterations {args.iterations}`, digits MLP, batch 16, `--evaluator`, "
+          f"device time 20 ms (the simulator's default), cluster: {sim_common.DESCRIPTION}; GSSP "
+          f"`--groups {args.groups}`. Each paradigm in a fresh process; total {time.perf_counter() - began:.0f} s.\n\n"
+          "simulator (us/it) = (scheduler run - forward/backward) / worker iterations, wall time; "
+          f"goals: < {GOAL_US:g} us per iteration and < {GOAL_RUN_S:g} s per run.\n\n"
+          + table(headers, rows) + "\n")
+    if profiles:
+        md += ("\nProfiled (cProfile, which slows Python calls about 2x): "
+               + ", ".join(f"[{r['paradigm']}]({args.name}-profile-{r['paradigm']}.txt) "
+                           f"{r['total_wall_s']:.0f} s" for r in profiles) + "\n")
+    write_results(args.name, {"settings": vars(args), "cluster": sim_common.DESCRIPTION, "results": results,
+                              "profiles": profiles}, md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
