@@ -83,7 +83,6 @@ def inner(paradigm: str, workers: int, run_dir: str, seed: int) -> dict:
     from mpips.config import load
     from mpips.simulate import simulate
 
-    sim_common.grad_mode_workaround()
     shutil.rmtree(run_dir, ignore_errors=True)
     cfg = load(None, overrides(paradigm, workers, run_dir, seed))
     began = time.perf_counter()

@@ -1,5 +1,5 @@
 """What the simulator benchmarks share (simulator.py, scale.py): a shared
-cluster's speed mix, and a work-around for a simulator bug.
+cluster's speed mix.
 
 The mix:
 
@@ -35,28 +35,3 @@ def options(workers: int, seed: int = 0) -> dict:
     """The Config overrides of this mix for `workers` workers."""
     return {"slowdown": ",".join(f"{f:g}" for f in slowdowns(workers, seed)),
             "random_stragglers": RANDOM_STRAGGLERS}
-
-
-def grad_mode_workaround() -> None:
-    """Work around a simulator bug (reported with benchmarks/simulator.py):
-    Evaluator.evaluate runs under @torch.no_grad() and pulls the parameters
-    inside it; under `mpips simulate` that pull sleeps in virtual time, so
-    the other tasks (greenlets of the same thread, which share torch's
-    thread-local grad mode) compute their gradients with grad disabled and
-    the first such backward raises "element 0 of tensors does not require
-    grad". Here the pull runs with grad enabled; the forward pass after it
-    is still under no_grad. Changes nothing under MPI (one rank, one task)."""
-    import torch
-
-    from mpips.evaluator import Evaluator
-
-    pull = Evaluator.current_params
-    if getattr(pull, "grad_mode_workaround", False):
-        return
-
-    def current_params(self):
-        with torch.enable_grad():
-            return pull(self)
-
-    current_params.grad_mode_workaround = True
-    Evaluator.current_params = current_params

@@ -64,7 +64,6 @@ def measure(overrides: dict, profile_path: str | None) -> dict:
     from mpips.config import load
     from mpips.log import RunLog
 
-    sim_common.grad_mode_workaround()
 
     acc = {"compute_wall": 0.0, "compute_cpu": 0.0, "compute_calls": 0, "opt_wall": 0.0, "opt_calls": 0,
            "run_wall": 0.0, "run_cpu": 0.0, "run_calls": 0, "switches": 0, "first_run_at": None}
