@@ -344,6 +344,49 @@ class RunLog:
     def final_params(self) -> np.ndarray | None:
         return self._final
 
+    # pandas ------------------------------------------------------------------
+    # The same tables as pandas DataFrames, one row per logged row, columns as
+    # in docs/log-schema.md (pandas is imported on first use: ranks that only
+    # write logs never pay for it). The numpy accessors above stay the API
+    # the runtime, the tests and the simulator use.
+    def frame(self, table: str):
+        """One table as a DataFrame: iterations, applies, evaluations (in time
+        order), exchanges, or events (time, rank, kind, then the union of the
+        events' own fields; NaN where an event has none)."""
+        import pandas as pd
+
+        if table == "events":
+            events = self.events()
+            return pd.DataFrame(events, columns=None if events else ["time", "rank", "kind"])
+        if table not in TABLES:
+            raise KeyError(f"no table {table!r}; tables: {', '.join(TABLES)}")
+        rows = self.evaluations if table == "evaluations" else self._tables[table]
+        return pd.DataFrame({name: rows[name] for name in rows.dtype.names})
+
+    def frames(self) -> dict:
+        """Every table as a DataFrame, by name."""
+        return {name: self.frame(name) for name in TABLES}
+
+    @property
+    def iterations_df(self):
+        return self.frame("iterations")
+
+    @property
+    def applies_df(self):
+        return self.frame("applies")
+
+    @property
+    def evaluations_df(self):
+        return self.frame("evaluations")
+
+    @property
+    def events_df(self):
+        return self.frame("events")
+
+    @property
+    def exchanges_df(self):
+        return self.frame("exchanges")
+
     def summary(self) -> dict[str, Any]:
         """The run in one flat dict (what `python -m mpips info --json` prints)."""
         it, ev, ap = self.iterations, self.evaluations, self.applies

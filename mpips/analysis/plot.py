@@ -1,7 +1,7 @@
 """Figures over run logs (PNG, matplotlib's Agg backend).
 
-    python analysis/plot.py runs/* -o figures/
-    python analysis/plot.py runs/ssp -o figures/ --window 2:4    # timeline of seconds 2..4
+    mpips plot runs/* -o figures/
+    mpips plot runs/ssp -o figures/ --window 2:4    # timeline of seconds 2..4
 
 Writes into the output directory:
   accuracy.png          accuracy and loss versus wall-clock time, every run
@@ -22,24 +22,22 @@ import os
 import sys
 from collections import defaultdict
 
-# Run from a checkout, installed or not, this script reads that checkout's mpips.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from analysis.summarize import find_runs, heterogeneity, paradigm_label  # noqa: E402
-from mpips.config import PARADIGMS  # noqa: E402
-from mpips.log import RunLog  # noqa: E402
-from mpips.paradigms.base import MODE_ASP, MODE_BSP  # noqa: E402
+from ..config import PARADIGMS  # noqa: E402
+from ..log import RunLog  # noqa: E402
+from ..paradigms.base import MODE_ASP, MODE_BSP  # noqa: E402
+from .summarize import find_runs, heterogeneity, paradigm_label  # noqa: E402
 
 DPI = 110
 # One colour per paradigm, the same in every figure.
-PARADIGM_COLOURS = dict(zip(PARADIGMS, plt.get_cmap("tab10").colors))
+PARADIGM_COLOURS = dict(zip(list(PARADIGMS)[:10], plt.get_cmap("tab10").colors))
 # Timeline segments in the order an iteration runs them.
 SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
             ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated device time (sleep)"),
@@ -102,36 +100,49 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
 
 
 # time to the target accuracy -------------------------------------------------
+def target_frame(logs: list[RunLog], target: float):
+    """One row per run: cluster, name (paradigm label), paradigm, seconds
+    to `target` (NaN: never reached), final accuracy (NaN: no evaluation)."""
+    return pd.DataFrame({
+        "cluster": [heterogeneity(log.config) for log in logs],
+        "name": [paradigm_label(log.config) for log in logs],
+        "paradigm": [log.paradigm for log in logs],
+        "time": [log.time_to_accuracy(target) for log in logs],
+        "final": [float(log.evaluations["accuracy"][-1]) if len(log.evaluations) else math.nan
+                  for log in logs],
+    }).astype({"time": float})
+
+
 def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
     """A bar per paradigm: seconds until the test accuracy first reached the
     target (mean over runs, whiskers from the fastest to the slowest run), one
     panel per emulated cluster; the text gives the mean final accuracy."""
-    clusters: dict[str, dict[str, list[RunLog]]] = defaultdict(lambda: defaultdict(list))
-    for log in logs:
-        clusters[heterogeneity(log.config)][paradigm_label(log.config)].append(log)
+    runs = target_frame(logs, target)
     order = {p: k for k, p in enumerate(PARADIGMS)}   # the README's order; variants after theirs
-    names = sorted({paradigm_label(log.config): order.get(log.paradigm, len(order)) for log in logs}.items(),
-                   key=lambda item: (item[1], item[0]))
-    names = [name for name, _ in names]
+    names = (runs.assign(rank=runs["paradigm"].map(lambda p: order.get(p, len(order))))
+             .drop_duplicates("name").sort_values(["rank", "name"])["name"].tolist())
+    clusters = list(dict.fromkeys(runs["cluster"]))
     fig, axes = plt.subplots(1, len(clusters), figsize=(6.5 * len(clusters), 1.2 + 0.45 * len(names)),
                              squeeze=False, sharey=True)
-    for ax, (cluster, by_name) in zip(axes[0], clusters.items()):
-        longest = max((log.time_to_accuracy(target) or 0.0) for runs in by_name.values() for log in runs)
+    for ax, cluster in zip(axes[0], clusters):
+        here = runs[runs["cluster"] == cluster]
+        longest = float(here["time"].max()) if here["time"].notna().any() else 0.0
         for y, name in enumerate(names):
-            runs = by_name.get(name, [])
-            if not runs:
+            members = here[here["name"] == name]
+            if members.empty:
                 continue
-            times = [t for t in (log.time_to_accuracy(target) for log in runs) if t is not None]
-            final = np.mean([log.evaluations["accuracy"][-1] for log in runs if len(log.evaluations)])
-            reached = f"{len(times)}/{len(runs)} runs, " if len(runs) > 1 else ""
-            if times:
-                mean = float(np.mean(times))
-                ax.barh(y, mean, color=colour(runs[0].paradigm), alpha=0.85,
-                        hatch="//" if name != runs[0].paradigm else None, edgecolor="white")
+            times = members["time"].dropna()
+            final = members["final"].mean()
+            reached = f"{len(times)}/{len(members)} runs, " if len(members) > 1 else ""
+            paradigm = members["paradigm"].iloc[0]
+            if len(times):
+                mean = float(times.mean())
+                ax.barh(y, mean, color=colour(paradigm), alpha=0.85,
+                        hatch="//" if name != paradigm else None, edgecolor="white")
                 if len(times) > 1:
-                    ax.errorbar(mean, y, xerr=[[mean - min(times)], [max(times) - mean]], color="black",
+                    ax.errorbar(mean, y, xerr=[[mean - times.min()], [times.max() - mean]], color="black",
                                 capsize=3, lw=1)
-                ax.text(max(times) + 0.01 * longest, y, f" {mean:.2f} s ({reached}final {100 * final:.1f}%)",
+                ax.text(times.max() + 0.01 * longest, y, f" {mean:.2f} s ({reached}final {100 * final:.1f}%)",
                         va="center", fontsize=8)
             else:
                 ax.text(0, y, f" never reached {100 * target:g}% (final {100 * final:.1f}%)", va="center",
@@ -513,8 +524,8 @@ def _window(text: str) -> tuple[float, float]:
     return lo, hi
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, prog: str | None = None) -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="where the PNG files go")
     p.add_argument("--target", type=float, default=0.9, help="accuracy line drawn on the accuracy plot")

@@ -1,24 +1,24 @@
 """One table over run logs: how fast and how well each run trained.
 
-    python analysis/summarize.py runs/*                    # a table on the terminal
-    python analysis/summarize.py runs/* --target 0.95 --csv t.csv --markdown t.md
-    python analysis/summarize.py runs/* --mean             # mean over seeds
+    mpips summarize runs/*                    # a table on the terminal
+    mpips summarize runs/* --target 0.95 --csv t.csv --markdown t.md
+    mpips summarize runs/* --mean             # mean over seeds
 
 A RUN is a run directory, or a directory of run directories. Everything is
-read through `mpips.log.RunLog`; the functions here are what tests call.
+read through `mpips.log.RunLog`. The table is a pandas DataFrame, one row per
+run (`table`), or per paradigm and cluster (`mean_table`); `rows` and
+`mean_rows` give the same as lists of dicts (None where there is no value).
 """
 from __future__ import annotations
 
 import argparse
-import csv
+import math
 import os
 import sys
-from collections import defaultdict
 
-# Run from a checkout, installed or not, this script reads that checkout's mpips.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import pandas as pd
 
-from mpips.log import RunLog  # noqa: E402
+from ..log import RunLog
 
 # (key, header, format) of the table's columns, in order; `{target}` is filled in.
 COLUMNS = [
@@ -105,31 +105,47 @@ def run_row(log: RunLog, target: float) -> dict:
     }
 
 
+def table(run_dirs: list[str], target: float):
+    """One row per run (a DataFrame; NaN where a run has no value)."""
+    return pd.DataFrame([run_row(RunLog(d), target) for d in run_dirs])
+
+
+def mean_table(runs):
+    """One row per (paradigm, layout, heterogeneity), in order of first
+    appearance: the mean over its runs (seeds). Time and epochs to target are
+    means over the runs that reached it, and `reached` says how many did."""
+    runs = pd.DataFrame(runs)
+    if runs.empty:
+        return pd.DataFrame(columns=[*GROUP_BY, "runs", "reached", *NUMERIC])
+    numeric = runs[NUMERIC].apply(pd.to_numeric, errors="coerce")   # None -> NaN, skipped by mean
+    groups = numeric.groupby([runs[k] for k in GROUP_BY], sort=False)
+    out = groups.mean()
+    out.insert(0, "runs", groups.size())
+    out.insert(1, "reached", [f"{int(n)}/{int(m)}" for n, m in
+                              zip(groups["time_to_target"].count(), groups.size())])
+    return out.reset_index()
+
+
+def records(frame) -> list[dict]:
+    """A DataFrame's rows as dicts, None for missing values."""
+    return [{k: _none(v) for k, v in r.items()} for r in frame.to_dict("records")]
+
+
+def _none(v):
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
 def rows(run_dirs: list[str], target: float) -> list[dict]:
-    return [run_row(RunLog(d), target) for d in run_dirs]
+    return records(table(run_dirs, target))
 
 
 def mean_rows(table: list[dict]) -> list[dict]:
-    """One row per (paradigm, layout, heterogeneity): the mean over its runs
-    (seeds). Time and epochs to target are means over the runs that reached
-    it, and `reached` says how many did."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in table:
-        groups[tuple(r[k] for k in GROUP_BY)].append(r)
-    out = []
-    for key, members in groups.items():
-        row = dict(zip(GROUP_BY, key))
-        row["runs"] = len(members)
-        row["reached"] = f"{sum(m['time_to_target'] is not None for m in members)}/{len(members)}"
-        for k in NUMERIC:
-            values = [m[k] for m in members if m[k] is not None]
-            row[k] = sum(values) / len(values) if values else None
-        out.append(row)
-    return out
+    """`mean_table` as a list of dicts."""
+    return records(mean_table(table))
 
 
 def _cell(value, fmt: str) -> str:
-    if value is None:
+    if _none(value) is None:
         return "-"
     if fmt == "pct":
         return f"{100 * value:.1f}%"
@@ -143,13 +159,18 @@ def _cell(value, fmt: str) -> str:
     return format(value, fmt)
 
 
+def _as_records(table) -> list[dict]:
+    return records(table) if isinstance(table, pd.DataFrame) else table
+
+
 def _columns(table: list[dict], target: float) -> list[tuple[str, str, str]]:
     present = set().union(*table) if table else set()
     return [(k, h.format(target=f"{100 * target:g}%"), f) for k, h, f in COLUMNS if k in present]
 
 
 def render_text(table: list[dict], target: float) -> str:
-    """An aligned plain-text table."""
+    """An aligned plain-text table (of dicts or a DataFrame)."""
+    table = _as_records(table)
     cols = _columns(table, target)
     cells = [[h for _, h, _ in cols]] + [[_cell(r[k], f) for k, _, f in cols] for r in table]
     widths = [max(len(row[j]) for row in cells) for j in range(len(cols))]
@@ -160,7 +181,8 @@ def render_text(table: list[dict], target: float) -> str:
 
 
 def render_markdown(table: list[dict], target: float) -> str:
-    """A GitHub Markdown table."""
+    """A GitHub Markdown table (of dicts or a DataFrame)."""
+    table = _as_records(table)
     cols = _columns(table, target)
     head = "| " + " | ".join(h for _, h, _ in cols) + " |"
     rule = "|" + "|".join("---" if f == "s" else "---:" for _, _, f in cols) + "|"
@@ -168,18 +190,13 @@ def render_markdown(table: list[dict], target: float) -> str:
     return "\n".join([head, rule, *body]) + "\n"
 
 
-def write_csv(table: list[dict], path: str) -> None:
+def write_csv(table, path: str) -> None:
     """Raw values (seconds, fractions, bytes); empty where there is none."""
-    keys = list(dict.fromkeys(k for r in table for k in r))
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        for r in table:
-            w.writerow({k: "" if r.get(k) is None else r[k] for k in keys})
+    pd.DataFrame(_as_records(table)).to_csv(path, index=False)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, prog: str | None = None) -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
     p.add_argument("--target", type=float, default=0.9, help="accuracy for the time-to-target column")
     p.add_argument("--mean", action="store_true", help="one row per paradigm and cluster: mean over runs")
