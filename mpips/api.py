@@ -77,6 +77,21 @@ def as_dataset(dataset: Any):
     return Dataset("user", x_train, y_train, x_test, y_test, tuple(x_train.shape[1:]), num_classes)
 
 
+def describe_objects(model, dataset, loss) -> dict[str, str]:
+    """A run's user objects in words, for run.h5 (RunLog.user_objects)."""
+    from .models import model_label
+
+    out = {}
+    if model is not None:
+        out["model"] = model_label(model)
+    if dataset is not None:
+        out["dataset"] = (f"{dataset.name}: {len(dataset.y_train)} training and {len(dataset.y_test)} test "
+                          f"samples of shape {tuple(dataset.input_shape)}, {dataset.num_classes} classes")
+    if loss is not None:
+        out["loss"] = getattr(loss, "__qualname__", None) or type(loss).__name__
+    return out
+
+
 def train(config: Config | str | None = None, *, model: Any = None, dataset: Any = None,
           loss: Callable | None = None, comm: Any = None, **overrides: Any):
     """Train on every rank of `comm` (default COMM_WORLD); returns the run's
@@ -104,13 +119,15 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
     dataset = as_dataset(dataset)
 
     from .checkpointer import Preempted
-    from .log import RunLog
+    from .log import RunLog, set_user_objects
     from .runtime import SetupError, TrainingFailed
     from .runtime import train as run
 
     try:
         run_dir = run(config, comm, model=model, dataset=dataset, loss=loss)
-        comm.Barrier()   # every rank has closed its log file
+        if comm.Get_rank() == 0 and (model is not None or dataset is not None or loss is not None):
+            set_user_objects(run_dir, describe_objects(model, dataset, loss))
+        comm.Barrier()   # every rank has closed its log file (and rank 0 written run.h5)
         return RunLog(run_dir)
     except (SetupError, TrainingFailed, Preempted, ConfigError):
         raise   # the same on every rank: the job ends cleanly

@@ -149,6 +149,14 @@ def set_status(run_dir: str, status: str, reason: str = "") -> None:
         f.attrs["status_reason"] = reason
 
 
+def set_user_objects(run_dir: str, objects: dict[str, str]) -> None:
+    """What a run used instead of the configuration's model, dataset or loss
+    (mpips.train's objects), in words: the configuration's `model` and
+    `dataset` then do not describe the run."""
+    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
+        f.attrs["user_objects"] = json.dumps(objects)
+
+
 def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]
                        ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Each table's rows from every segment of the run, less the rows a later
@@ -243,6 +251,8 @@ class RunLog:
                 self.wall_seconds = float(f.attrs["wall_seconds"]) if "wall_seconds" in f.attrs else None
                 self._final = f["final_params"][...] if "final_params" in f else None
                 self.segments = int(f.attrs.get("segments", 1))
+                # mpips.train's own model, dataset, loss, in words ({}: the configuration's)
+                self.user_objects = json.loads(f.attrs.get("user_objects", "{}"))
                 # the rank files its jobs wrote (older logs: whatever is here)
                 expected = [k + ".h5" for k in f["ranks"]] if "ranks" in f else []
         except Exception as e:  # noqa: BLE001 - damaged HDF5 or JSON raises many kinds

@@ -154,7 +154,8 @@ def model_label(model) -> str:
     if isinstance(model, str):
         return model
     kind = type(model) if isinstance(model, nn.Module) else model
-    return f"<{getattr(kind, '__qualname__', None) or type(model).__name__}>"
+    name = getattr(kind, "__qualname__", None) or type(model).__name__
+    return name if name.startswith("<") else f"<{name}>"
 
 
 def _object_model(obj, input_shape, num_classes) -> nn.Module:

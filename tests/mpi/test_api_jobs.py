@@ -44,7 +44,7 @@ print("RESULT " + json.dumps({"calls": calls, "iterations": len(log.iterations),
                               "workers": sorted(int(w) for w in it["worker"].unique()),
                               "samples": int(it["batch"].sum()),
                               "final_accuracy": float(log.evaluations["accuracy"][-1]),
-                              "status": log.status}), flush=True)
+                              "status": log.status, "user_objects": log.user_objects}), flush=True)
 '''
 
 
@@ -66,6 +66,22 @@ def test_a_users_script_trains_its_own_model_data_and_loss(tmp_path):
     # the user's loss computed every gradient (and the evaluations)
     assert sum(r["calls"] for r in results) >= first["iterations"] > 0
     assert first["final_accuracy"] > 0.8, first       # four well-separated clusters
+    # run.h5 says what was used instead of the configuration's model and dataset
+    assert first["user_objects"] == {
+        "model": "<lambda>", "loss": "loss",
+        "dataset": "user: 500 training and 100 test samples of shape (6,), 4 classes"}
+
+
+def test_a_failing_rank_aborts_the_job_from_python(tmp_path):
+    script = tmp_path / "user.py"
+    script.write_text("import sys, mpips\n"
+                      "mpips.train(epochs=1, fail_at='1:2', run_dir=sys.argv[1], stall_timeout=60)\n"
+                      "print('NOT REACHED', flush=True)\n")
+    p = mpiexec(4, [str(script), str(tmp_path / "run")], timeout=120, env=ENV)
+    out = p.stdout.replace("\x00", "")
+    assert p.returncode != 0 and "NOT REACHED" not in out, out[-4000:]
+    assert "RuntimeError: injected failure (fail_at) at worker 1 iteration 2" in out
+    assert "aborting the job" in out
 
 
 PLUGIN = '''
