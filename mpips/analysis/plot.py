@@ -1,4 +1,5 @@
-"""Figures over run logs (PNG, matplotlib's Agg backend).
+"""Figures over run logs (PNG, matplotlib's Agg backend), drawn from the logs'
+pandas DataFrames (`evaluation_frame`, `target_frame`) and their arrays.
 
     mpips plot runs/* -o figures/
     mpips plot runs/ssp -o figures/ --window 2:4    # timeline of seconds 2..4
@@ -20,7 +21,6 @@ import argparse
 import math
 import os
 import sys
-from collections import defaultdict
 
 import matplotlib
 
@@ -60,27 +60,34 @@ def _save(fig, path: str) -> str:
 
 
 # accuracy and loss versus time ----------------------------------------------
+def evaluation_frame(logs: list[RunLog]):
+    """Every run's evaluations in one long DataFrame: `k` (the run's index in
+    `logs`), run, cluster, name (paradigm label), paradigm, then the
+    evaluations' columns (time, epoch, steps, pushes, loss, accuracy)."""
+    parts = [log.evaluations_df.assign(k=k, run=log.name, cluster=heterogeneity(log.config),
+                                       name=paradigm_label(log.config), paradigm=log.paradigm)
+             for k, log in enumerate(logs)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) -> str:
     """Accuracy (top) and loss (bottom) versus wall-clock seconds, one column
     per emulated cluster, one colour per paradigm (seeds share it)."""
-    clusters: dict[str, list[RunLog]] = defaultdict(list)
-    for log in logs:
-        clusters[heterogeneity(log.config)].append(log)
+    evaluations = evaluation_frame(logs)
+    clusters = list(dict.fromkeys(heterogeneity(log.config) for log in logs))
     fig, axes = plt.subplots(2, len(clusters), figsize=(6.5 * len(clusters), 7.5),
                              sharex="col", squeeze=False)
-    for col, (cluster, members) in enumerate(clusters.items()):
+    for col, cluster in enumerate(clusters):
         acc, loss = axes[0, col], axes[1, col]
         labelled = set()
-        for log in members:
-            ev = log.evaluations
-            if not len(ev):
-                continue
-            name = paradigm_label(log.config)
+        here = evaluations[evaluations["cluster"] == cluster] if len(evaluations) else evaluations
+        for _, ev in (here.groupby("k", sort=True) if len(here) else ()):
+            name, paradigm = ev["name"].iloc[0], ev["paradigm"].iloc[0]
             label = name if name not in labelled else None
             labelled.add(name)
             # a compressed variant shares its paradigm's colour, dashed
-            style = dict(color=colour(log.paradigm), lw=1.4, alpha=0.9, label=label,
-                         ls="-" if name == log.paradigm else "--",
+            style = dict(color=colour(paradigm), lw=1.4, alpha=0.9, label=label,
+                         ls="-" if name == paradigm else "--",
                          marker="o" if len(ev) <= 25 else None, ms=2.5)
             acc.plot(ev["time"], ev["accuracy"], **style)
             loss.plot(ev["time"], ev["loss"], **style)

@@ -58,6 +58,21 @@ def test_summary_table_is_a_dataframe(tmp_path):
     assert list(pd.read_csv(tmp_path / "t.csv")["run"]) == ["a", "b"]
 
 
+def test_figures_draw_from_dataframes(tmp_path):
+    from mpips.analysis import plot
+
+    logs = [write_log(tmp_path / name, varying=v) for name, v in (("a", False), ("b", True))]
+    ev = plot.evaluation_frame(logs)
+    assert len(ev) == 40 and list(ev.groupby("run").size()) == [20, 20]
+    assert {"k", "cluster", "name", "paradigm", "time", "accuracy", "loss"} <= set(ev.columns)
+    runs = plot.target_frame(logs, 0.5)
+    assert list(runs["time"]) == [logs[0].time_to_accuracy(0.5)] * 2
+    assert plot.evaluation_frame([]).empty
+    for figure in (plot.accuracy_figure(logs, str(tmp_path / "acc.png"), 0.5),
+                   plot.time_to_target_figure(logs, str(tmp_path / "ttt.png"), 0.5)):
+        assert os.path.getsize(figure) > 10_000
+
+
 def test_mpips_summarize_and_plot_subcommands(tmp_path, capsys):
     run = str(write_log(tmp_path / "run", varying=True).run_dir)
     assert cli.main(["summarize", run, "--target", "0.5"]) == 0
