@@ -17,7 +17,7 @@ PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
 VENV_MPICH := .venv-mpich
 PY_MPICH := $(VENV_MPICH)/bin/python
 
-.PHONY: install demo test test-unit test-sim test-mpi test-slurm test-portability bench compare clean
+.PHONY: install demo test test-unit test-sim test-mpi test-slurm test-install test-portability bench compare clean
 
 install: $(VENV)/.installed
 
@@ -34,7 +34,7 @@ demo: install
 	$(PY) -m mpips info runs/demo
 	$(PY) analysis/plot.py runs/demo -o runs/demo/figures
 
-test: install test-unit test-sim test-mpi test-slurm test-portability
+test: install test-unit test-sim test-mpi test-slurm test-install test-portability
 
 test-unit: install
 	$(PYTEST) tests/unit
@@ -50,6 +50,11 @@ test-mpi: install
 
 test-slurm: install
 	$(PYTEST) tests/slurm
+
+# `pip install .` into a fresh venv (torch pinned first), then the `mpips` command as a
+# user runs it: --help, a 5-rank train, summarize, plot (about 2.5 min, most of it pip).
+test-install: install
+	$(PY) -m pytest -q -p no:pytest_mpi --timeout=900 --timeout-method=thread tests/install
 
 # Other MPIs and the network path: a short job per paradigm under MPICH (its own
 # venv, torch pinned first) and under Open MPI with one-sided operations over TCP

@@ -1,1 +1,1 @@
-"""Post-hoc analysis of run logs: `summarize.py` (tables) and `plot.py` (figures)."""
+"""Kept for existing commands and imports: the analysis is `mpips.analysis`."""

@@ -1,4 +1,5 @@
-"""`python -m mpips train|info ...`: the command line.
+"""`mpips train|simulate|info|summarize|plot|syncswitch-search ...` (or
+`python -m mpips ...`): the command line.
 
 Options of `train` are generated from the fields of `Config`, so the YAML
 keys, the flags and the error messages always agree.
@@ -8,16 +9,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import importlib.util
+import os
 import sys
 import traceback
 
 from . import preemption, syncswitch_search
+from .api import abort_job
 from .config import Config, ConfigError, load
 
 
 def _train_parser(sub, name: str, help: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help, argument_default=argparse.SUPPRESS)
     p.add_argument("--config", help="YAML file of settings (flags override it)")
+    p.add_argument("--plugin", action="append", metavar="FILE.py",
+                   help="a Python file run first (on every rank), e.g. one that calls "
+                        "mpips.register_paradigm; repeatable")
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
         help_ = f.metadata.get("help", "")
@@ -34,7 +41,7 @@ def _train_parser(sub, name: str, help: str) -> argparse.ArgumentParser:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mpips",
+    p = argparse.ArgumentParser(prog="mpips",
                                 description="PyTorch training on an MPI parameter server.")
     sub = p.add_subparsers(dest="command", required=True)
     _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
@@ -44,7 +51,50 @@ def parser() -> argparse.ArgumentParser:
     info.add_argument("run_dir")
     info.add_argument("--json", action="store_true", help="one JSON object")
     syncswitch_search.add_parser(sub)
+    for name, (_, help_) in DELEGATED.items():   # their own parsers take the arguments (main)
+        sub.add_parser(name, help=help_, add_help=False)
     return p
+
+
+# Subcommands that are whole programs of mpips.analysis: `mpips NAME ARGS` is their main(ARGS).
+DELEGATED = {
+    "summarize": ("mpips.analysis.summarize", "one table over run logs (mpips summarize --help)"),
+    "plot": ("mpips.analysis.plot", "figures over run logs (mpips plot --help)"),
+}
+
+_OWN = ("command", "config", "plugin")   # arguments that are not settings
+
+
+def _launched_rank() -> str | None:
+    """This process's rank as the launcher tells it (None: not launched by one)."""
+    for var in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if var in os.environ:
+            return os.environ[var]
+    return None
+
+
+class PluginError(Exception):
+    pass
+
+
+def load_plugins(paths: list[str]) -> None:
+    """Run each file as a module (its own name, mpips_plugin_<stem>), before
+    the configuration is read, so what it registers is a valid choice."""
+    for path in paths:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        name = "mpips_plugin_" + "".join(c if c.isalnum() else "_" for c in stem)
+        if not os.path.isfile(path):
+            raise PluginError(f"plugin {path}: no such file")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - the user's file may raise anything
+            del sys.modules[name]
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            raise PluginError(f"plugin {path} failed at line {where.lineno}: "
+                              f"{type(e).__name__}: {' '.join(str(e).split())}") from None
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -60,7 +110,7 @@ def cmd_train(args) -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
     try:
         config = load(getattr(args, "config", None), overrides)
     except ConfigError as e:
@@ -78,16 +128,12 @@ def cmd_train(args) -> int:
     except Preempted:
         return PREEMPTED_EXIT  # checkpointed, not finished: jobs/common.sh requeues the job
     except BaseException as e:  # noqa: BLE001 - any failure must end the whole job
-        rank = comm.Get_rank()
-        detail = "".join(traceback.format_exception(e)).rstrip()
-        print(f"mpips: rank {rank}: {type(e).__name__}: {e}\n{detail}\n"
-              f"mpips: rank {rank}: aborting the job", file=sys.stderr, flush=True)
-        comm.Abort(1)
+        abort_job(comm, e)
     return 0
 
 
 def cmd_simulate(args) -> int:
-    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
     from .data import DataError
     from .runtime import TrainingFailed
     from .scheduler import TaskFailed
@@ -132,6 +178,18 @@ def cmd_info(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DELEGATED:
+        from importlib import import_module
+
+        return import_module(DELEGATED[argv[0]][0]).main(argv[1:], prog=f"mpips {argv[0]}")
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--plugin", action="append", default=[])
+    try:
+        load_plugins(pre.parse_known_args(argv)[0].plugin)
+    except PluginError as e:
+        # every rank fails alike; one says so
+        return _fail(str(e)) if _launched_rank() in (None, "0") else 2
     args = parser().parse_args(argv)
     return {"train": cmd_train, "simulate": cmd_simulate, "info": cmd_info,
             "syncswitch-search": syncswitch_search.cmd_search}[args.command](args)

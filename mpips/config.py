@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd")
+from .paradigms import REGISTRY as PARADIGMS   # the registry itself: registered paradigms are choices too
+
 DATASETS = ("digits", "mnist", "cifar10", "synthetic")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("none", "step", "cosine")
@@ -47,7 +48,10 @@ def _f(default, help, choices=None, **kw):
 @dataclass
 class Config:
     # what to run ---------------------------------------------------------
-    paradigm: str = _f("ssp", "synchronization paradigm", PARADIGMS)
+    paradigm: str = _f("ssp", "synchronization paradigm (or one registered with mpips.register_paradigm)",
+                       PARADIGMS)
+    paradigm_options: str = _f("", "options of a registered paradigm, 'key=value,...' (in YAML or "
+                                   "Python also a mapping); the built-in ones take none")
     servers: int = _f(1, "parameter-server ranks (shards of the parameters)")
     workers: int = _f(0, "worker ranks; 0 = derived from the world size")
     dataset: str = _f("digits", "dataset", DATASETS)
@@ -204,6 +208,7 @@ class Config:
                                   f"dataset {self.dataset} needs --data-dir with its files")
             if not os.path.isdir(self.data_dir):
                 raise ConfigError("data_dir", self.data_dir, "no such directory")
+        self.paradigm_option_values()
         self.slowdown_factors()  # parse now so errors surface before MPI work
         self.check_workers(None)
         self.device_time_model()
@@ -220,6 +225,12 @@ class Config:
         parse_random_stragglers(self.random_stragglers)
         parse_points(self.fail_at, "fail_at", workers)
         parse_points(self.nan_at, "nan_at", workers)
+
+    def paradigm_option_values(self) -> dict[str, Any]:
+        """The registered paradigm's options, defaults filled in (mpips.register_paradigm)."""
+        from .paradigms import parse_options
+
+        return parse_options(self.paradigm, self.paradigm_options)
 
     def slowdown_factors(self) -> list[float]:
         """Per-worker persistent slowdown factors ([] = none)."""
@@ -294,12 +305,19 @@ def coerce(name: str, value: Any) -> Any:
     types = field_types()
     if name not in types:
         raise ConfigError(name, value, "unknown setting; see `python -m mpips train --help`")
-    t = types[name]
+    if name == "paradigm_options" and isinstance(value, dict):
+        value = ",".join(f"{k}={v}" for k, v in value.items())
+    return coerce_to(types[name], name, value)
+
+
+def coerce_to(t: type, name: str, value: Any, shown: Any = None) -> Any:
+    """`value` as type `t`, or a ConfigError naming `name` (showing `shown`, default the value)."""
+    shown = value if shown is None else shown
     if isinstance(value, t) and not (t is int and isinstance(value, bool)):
         return value
     if isinstance(value, bool):
         # YAML `batch_size: true` is not 1
-        raise ConfigError(name, value, f"must be of type {t.__name__}, not a boolean")
+        raise ConfigError(name, shown, f"must be of type {t.__name__}, not a boolean")
     try:
         if t is bool:
             if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
@@ -313,7 +331,7 @@ def coerce(name: str, value: Any) -> Any:
             return str(value)
         return t(value)
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(name, value, f"must be of type {t.__name__}") from None
+        raise ConfigError(name, shown, f"must be of type {t.__name__}") from None
 
 
 def load(path: str | None = None, overrides: dict[str, Any] | None = None) -> Config:

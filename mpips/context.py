@@ -43,6 +43,7 @@ class Context:
     total_samples: int = 0           # the global budget (mpips/budget.py); 0 under a per-worker one
     budget_table: Any = None         # the ControlTable whose CLAIMED slot counts claims (the global one)
     clock: Clock = WALL              # wall time, or the simulator's virtual time (mpips/clock.py)
+    loss_fn: Any = None              # a user's loss(output, target) (mpips.train); None: cross-entropy
 
     def now(self) -> float:
         return self.clock.time() - self.t0

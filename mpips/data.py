@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .paradigms.base import iterations_per_epoch  # noqa: F401 - its home is pure Python
+
 # The synthetic problem and the held-out splits of digits and synthetic use this
 # seed, not cfg.seed, so runs with different seeds face the same problem and are
 # evaluated on the same test set; cfg.seed changes data order (WorkerShard).
@@ -409,14 +411,3 @@ def _stream_order(seed: int, epoch: int, n: int) -> torch.Tensor:
 def _entropy(*values: int) -> list[int]:
     # numpy seeds must be non-negative; wrapping keeps negative seeds distinct.
     return [int(v) % (1 << 64) for v in values]
-
-
-def iterations_per_epoch(num_train: int, num_workers: int, batch_size: int) -> int:
-    """Iterations per epoch, the same for every worker so BSP rounds line up.
-
-    Based on the smallest shard, so no worker goes past its epoch boundary.
-    """
-    if num_train < num_workers or num_workers < 1 or batch_size < 1:
-        raise ValueError(f"cannot split {num_train} samples over {num_workers} workers "
-                         f"in batches of {batch_size}")
-    return max(1, (num_train // num_workers) // batch_size)

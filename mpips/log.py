@@ -149,6 +149,14 @@ def set_status(run_dir: str, status: str, reason: str = "") -> None:
         f.attrs["status_reason"] = reason
 
 
+def set_user_objects(run_dir: str, objects: dict[str, str]) -> None:
+    """What a run used instead of the configuration's model, dataset or loss
+    (mpips.train's objects), in words: the configuration's `model` and
+    `dataset` then do not describe the run."""
+    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
+        f.attrs["user_objects"] = json.dumps(objects)
+
+
 def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]
                        ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Each table's rows from every segment of the run, less the rows a later
@@ -243,6 +251,8 @@ class RunLog:
                 self.wall_seconds = float(f.attrs["wall_seconds"]) if "wall_seconds" in f.attrs else None
                 self._final = f["final_params"][...] if "final_params" in f else None
                 self.segments = int(f.attrs.get("segments", 1))
+                # mpips.train's own model, dataset, loss, in words ({}: the configuration's)
+                self.user_objects = json.loads(f.attrs.get("user_objects", "{}"))
                 # the rank files its jobs wrote (older logs: whatever is here)
                 expected = [k + ".h5" for k in f["ranks"]] if "ranks" in f else []
         except Exception as e:  # noqa: BLE001 - damaged HDF5 or JSON raises many kinds
@@ -343,6 +353,49 @@ class RunLog:
 
     def final_params(self) -> np.ndarray | None:
         return self._final
+
+    # pandas ------------------------------------------------------------------
+    # The same tables as pandas DataFrames, one row per logged row, columns as
+    # in docs/log-schema.md (pandas is imported on first use: ranks that only
+    # write logs never pay for it). The numpy accessors above stay the API
+    # the runtime, the tests and the simulator use.
+    def frame(self, table: str):
+        """One table as a DataFrame: iterations, applies, evaluations (in time
+        order), exchanges, or events (time, rank, kind, then the union of the
+        events' own fields; NaN where an event has none)."""
+        import pandas as pd
+
+        if table == "events":
+            events = self.events()
+            return pd.DataFrame(events, columns=None if events else ["time", "rank", "kind"])
+        if table not in TABLES:
+            raise KeyError(f"no table {table!r}; tables: {', '.join(TABLES)}")
+        rows = self.evaluations if table == "evaluations" else self._tables[table]
+        return pd.DataFrame({name: rows[name] for name in rows.dtype.names})
+
+    def frames(self) -> dict:
+        """Every table as a DataFrame, by name."""
+        return {name: self.frame(name) for name in TABLES}
+
+    @property
+    def iterations_df(self):
+        return self.frame("iterations")
+
+    @property
+    def applies_df(self):
+        return self.frame("applies")
+
+    @property
+    def evaluations_df(self):
+        return self.frame("evaluations")
+
+    @property
+    def events_df(self):
+        return self.frame("events")
+
+    @property
+    def exchanges_df(self):
+        return self.frame("exchanges")
 
     def summary(self) -> dict[str, Any]:
         """The run in one flat dict (what `python -m mpips info --json` prints)."""

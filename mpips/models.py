@@ -16,9 +16,14 @@ BUILTIN_MODELS = ("mlp", "lenet5", "resnet")
 ALLOWED = "allowed: mlp, lenet5, resnet, or package.module:function"
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """A fresh model for inputs of `input_shape` (without the batch dimension)."""
+def build_model(name, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """A fresh model for inputs of `input_shape` (without the batch dimension).
+    `name` may also be a user's object (mpips.train(model=...)): an nn.Module,
+    used as it is, or a factory called as factory() or factory(input_shape,
+    num_classes)."""
     input_shape = tuple(int(d) for d in input_shape)
+    if not isinstance(name, str):
+        return _object_model(name, input_shape, num_classes)
     if name == "mlp":
         return MLP(input_shape, num_classes)
     if name in ("lenet5", "resnet"):
@@ -141,6 +146,37 @@ def _user_model(name, input_shape, num_classes) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise ConfigError("model", name, f"{function_name}(input_shape, num_classes) returned "
                           f"{type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def model_label(model) -> str:
+    """How the configuration's `model` or a user's object is named in messages."""
+    if isinstance(model, str):
+        return model
+    kind = type(model) if isinstance(model, nn.Module) else model
+    name = getattr(kind, "__qualname__", None) or type(model).__name__
+    return name if name.startswith("<") else f"<{name}>"
+
+
+def _object_model(obj, input_shape, num_classes) -> nn.Module:
+    if isinstance(obj, nn.Module):
+        return obj
+    label = model_label(obj)
+    if not callable(obj):
+        raise ConfigError("model", label, "a model must be an nn.Module or a function that returns one")
+    import inspect
+
+    try:
+        takes = len(inspect.signature(obj).parameters)
+    except (TypeError, ValueError):
+        takes = 2
+    try:
+        model = obj() if takes == 0 else obj(input_shape, num_classes)
+    except Exception as e:  # noqa: BLE001 - the user's code may raise anything
+        raise ConfigError("model", label, f"the factory failed: {_one_line(e)}") from None
+    if not isinstance(model, nn.Module):
+        raise ConfigError("model", label, f"the factory returned {type(model).__name__}, "
+                          f"not a torch.nn.Module")
     return model
 
 

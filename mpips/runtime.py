@@ -24,7 +24,7 @@ from .gssp import run_gssp
 from .evaluator import Evaluator
 from .layout import EVALUATOR, SERVER, WORKER, make_layout
 from .log import RankLog, rank_file, set_status, write_run_end, write_run_header
-from .models import build_model, check_model
+from .models import build_model, check_model, model_label
 from .paradigms import make_paradigm
 from .server import Server
 from .state import G
@@ -111,21 +111,22 @@ def versions() -> dict:
             "python": platform.python_version(), "host": platform.node()}
 
 
-def prepare(config: Config, layout, run_dir: str, *, first: bool):
+def prepare(config: Config, layout, run_dir: str, *, first: bool, model=None, dataset=None):
     """Everything a rank would otherwise find bad only later, alone, in a
     worker or a server (where it can only abort the job), checked on every
     rank so that bad input ends the job with one line: (data, model,
     paradigm, a worker's iterations per epoch). `first` (rank 0) makes the
-    run directory, last: bad input elsewhere leaves none behind."""
+    run directory, last: bad input elsewhere leaves none behind. `model`
+    and `dataset`: a user's objects (mpips.train) instead of the configuration's."""
     config.check_workers(layout.workers)
     try:
-        data = load_dataset(config)
+        data = load_dataset(config) if dataset is None else dataset
     except MemoryError:
         raise ConfigError("dataset", config.dataset, "does not fit in this rank's memory") from None
     _check_epoch_size(config, layout.workers, len(data.y_train))
     torch.manual_seed(config.seed)
-    model = build_model(config.model, data.input_shape, data.num_classes)
-    check_model(model, config.model, data.x_train[:2], data.num_classes)
+    model = build_model(config.model if model is None else model, data.input_shape, data.num_classes)
+    check_model(model, config.model if model is None else model_label(model), data.x_train[:2], data.num_classes)
     paradigm = make_paradigm(config, layout.workers)
     ipe = paradigm.iterations_per_epoch(len(data.y_train))
     if first:
@@ -168,8 +169,10 @@ def announce(ctx: Context, size: int, versions: dict, **more) -> None:
           f" | run {ctx.run_dir}", flush=True)
 
 
-def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
-    """Run one training job over `comm`; returns the run directory."""
+def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, dataset=None,
+          loss=None) -> str:
+    """Run one training job over `comm`; returns the run directory. `model`,
+    `dataset` (a data.Dataset), `loss`: a user's objects (mpips.train)."""
     torch.set_num_threads(config.torch_threads)
     precise_sleeps()
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -180,7 +183,8 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
     run_dir = comm.bcast(config.run_dir or default_run_dir(config) if rank == 0 else None)
     config.run_dir = run_dir
 
-    data, model, paradigm, ipe = _agree(comm, lambda: prepare(config, layout, run_dir, first=rank == 0))
+    data, model, paradigm, ipe = _agree(comm, lambda: prepare(config, layout, run_dir, first=rank == 0,
+                                                                model=model, dataset=dataset))
     # Collective on every rank (it splits a node-local communicator); only workers use a GPU.
     device = _agree(comm, lambda: _device(config, comm))
     if role != WORKER:
@@ -206,7 +210,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD) -> str:
                   role=role, index=index, run_dir=run_dir, t0=t0, store=store, control=control,
                   log=log, paradigm=paradigm, iterations=iterations, iterations_per_epoch=ipe,
                   num_params=flat.n, checkpointer=checkpointer, total_samples=total_samples,
-                  budget_table=control)
+                  budget_table=control, loss_fn=loss)
     if rank == 0:
         announce(ctx, size, versions())
     checkpointer.begin(ctx)

@@ -25,7 +25,7 @@ class Worker:
         self.slowdown = Slowdown(cfg, self.i, ctx.layout.workers)
         self.fail_at = {it for w, it in parse_points(cfg.fail_at, "fail_at") if w == self.i}
         self.nan_at = {it for w, it in parse_points(cfg.nan_at, "nan_at") if w == self.i}
-        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.loss_fn = ctx.loss_fn or torch.nn.CrossEntropyLoss()
         self.dense_bytes = flat.n * 4
         self.compressor = make_compressor(cfg, stream=self.i) if cfg.compressor != "none" else None
         self._read = self._now = None  # parameters as pulled / as now (exact distance)

@@ -22,6 +22,18 @@ SLOT_EXTRA0 = 2     # paradigm-specific (GSSP: the group's speed rank)
 SLOT_EXTRA1 = 3
 
 
+def iterations_per_epoch(num_train: int, num_workers: int, batch_size: int) -> int:
+    """Iterations per epoch, the same for every worker so BSP rounds line up.
+
+    Based on the smallest shard, so no worker goes past its epoch boundary.
+    (Here, not in mpips.data, so that paradigms import neither torch nor mpi4py.)
+    """
+    if num_train < num_workers or num_workers < 1 or batch_size < 1:
+        raise ValueError(f"cannot split {num_train} samples over {num_workers} workers "
+                         f"in batches of {batch_size}")
+    return max(1, (num_train // num_workers) // batch_size)
+
+
 class ClusterView:
     """A snapshot of the shared state, as every paradigm sees it.
 
@@ -139,6 +151,9 @@ class Paradigm:
         self.config = config
         self.num_workers = num_workers
         self.iterations = 0   # per worker; set by the runtime before the first gate
+        # a registered paradigm's own options (mpips.register_paradigm), defaults filled in
+        values = getattr(config, "paradigm_option_values", None)
+        self.options: dict[str, Any] = values() if values else {}
 
     def set_iterations(self, iterations: int) -> None:
         """The run's iterations per worker, known once the data is loaded
@@ -162,8 +177,6 @@ class Paradigm:
 
     def iterations_per_epoch(self, num_train: int) -> int:
         """Iterations of each worker per pass over the training set."""
-        from ..data import iterations_per_epoch
-
         return iterations_per_epoch(num_train, self.num_workers, self.config.batch_size)
 
     def push(self, worker: int, view: ClusterView, *, batch_size: int,

@@ -1,0 +1,553 @@
+"""Figures over run logs (PNG, matplotlib's Agg backend), drawn from the logs'
+pandas DataFrames (`evaluation_frame`, `target_frame`) and their arrays.
+
+    mpips plot runs/* -o figures/
+    mpips plot runs/ssp -o figures/ --window 2:4    # timeline of seconds 2..4
+
+Writes into the output directory:
+  accuracy.png          accuracy and loss versus wall-clock time, every run
+                        overlaid, one column per emulated cluster
+  staleness.png         iteration-staleness histogram of every run
+  time_to_target.png    seconds to the target accuracy, a bar per paradigm and cluster
+  timeline-RUN.png      per worker: wait, pull, compute, emulated slowdown, push
+  dynamics-RUN.png      what the paradigm decided over time, where the log has
+                        it: DSSP's r*, Sync-Switch's mode, LB-BSP's batch sizes,
+                        VSGD's learning-rate scales, the servers' lr and
+                        momentum, GSSP's groups and exchanges, other events
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from ..config import PARADIGMS  # noqa: E402
+from ..log import RunLog  # noqa: E402
+from ..paradigms.base import MODE_ASP, MODE_BSP  # noqa: E402
+from .summarize import find_runs, heterogeneity, paradigm_label  # noqa: E402
+
+DPI = 110
+# One colour per paradigm, the same in every figure.
+PARADIGM_COLOURS = dict(zip(list(PARADIGMS)[:10], plt.get_cmap("tab10").colors))
+# Timeline segments in the order an iteration runs them.
+SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
+            ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated device time (sleep)"),
+            ("push", "#ff7f0e", "push")]
+# Events the timeline shows (stragglers) or the runtime logs in any run (checkpoints,
+# segments, rejected pushes): alone they do not make a dynamics figure worth drawing.
+TIMELINE_EVENTS = {"slowdown", "straggler"}
+RUNTIME_EVENTS = ("rejected_push", "segment", "checkpoint")   # kinds, or prefixes of kinds
+TIMELINE_ITERATIONS = 40   # default timeline window: this many iterations of the slowest worker
+
+
+def colour(paradigm: str):
+    return PARADIGM_COLOURS.get(paradigm, "black")
+
+
+def _save(fig, path: str) -> str:
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+# accuracy and loss versus time ----------------------------------------------
+def evaluation_frame(logs: list[RunLog]):
+    """Every run's evaluations in one long DataFrame: `k` (the run's index in
+    `logs`), run, cluster, name (paradigm label), paradigm, then the
+    evaluations' columns (time, epoch, steps, pushes, loss, accuracy)."""
+    parts = [log.evaluations_df.assign(k=k, run=log.name, cluster=heterogeneity(log.config),
+                                       name=paradigm_label(log.config), paradigm=log.paradigm)
+             for k, log in enumerate(logs)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) -> str:
+    """Accuracy (top) and loss (bottom) versus wall-clock seconds, one column
+    per emulated cluster, one colour per paradigm (seeds share it)."""
+    evaluations = evaluation_frame(logs)
+    clusters = list(dict.fromkeys(heterogeneity(log.config) for log in logs))
+    fig, axes = plt.subplots(2, len(clusters), figsize=(6.5 * len(clusters), 7.5),
+                             sharex="col", squeeze=False)
+    for col, cluster in enumerate(clusters):
+        acc, loss = axes[0, col], axes[1, col]
+        labelled = set()
+        here = evaluations[evaluations["cluster"] == cluster] if len(evaluations) else evaluations
+        for _, ev in (here.groupby("k", sort=True) if len(here) else ()):
+            name, paradigm = ev["name"].iloc[0], ev["paradigm"].iloc[0]
+            label = name if name not in labelled else None
+            labelled.add(name)
+            # a compressed variant shares its paradigm's colour, dashed
+            style = dict(color=colour(paradigm), lw=1.4, alpha=0.9, label=label,
+                         ls="-" if name == paradigm else "--",
+                         marker="o" if len(ev) <= 25 else None, ms=2.5)
+            acc.plot(ev["time"], ev["accuracy"], **style)
+            loss.plot(ev["time"], ev["loss"], **style)
+        if target is not None:
+            acc.axhline(target, color="black", ls="--", lw=0.8)
+            acc.set_ylim(max(0.0, target - 0.4), 1.0)
+        acc.set_title(cluster, fontsize=10)
+        acc.set_ylabel("test accuracy")
+        loss.set_ylabel("test loss")
+        loss.set_yscale("log")
+        loss.set_xlabel("wall-clock time (s)")
+        for ax in (acc, loss):
+            ax.grid(alpha=0.3)
+        acc.legend(fontsize=8, loc="lower right", ncol=2)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# time to the target accuracy -------------------------------------------------
+def target_frame(logs: list[RunLog], target: float):
+    """One row per run: cluster, name (paradigm label), paradigm, seconds
+    to `target` (NaN: never reached), final accuracy (NaN: no evaluation)."""
+    return pd.DataFrame({
+        "cluster": [heterogeneity(log.config) for log in logs],
+        "name": [paradigm_label(log.config) for log in logs],
+        "paradigm": [log.paradigm for log in logs],
+        "time": [log.time_to_accuracy(target) for log in logs],
+        "final": [float(log.evaluations["accuracy"][-1]) if len(log.evaluations) else math.nan
+                  for log in logs],
+    }).astype({"time": float})
+
+
+def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
+    """A bar per paradigm: seconds until the test accuracy first reached the
+    target (mean over runs, whiskers from the fastest to the slowest run), one
+    panel per emulated cluster; the text gives the mean final accuracy."""
+    runs = target_frame(logs, target)
+    order = {p: k for k, p in enumerate(PARADIGMS)}   # the README's order; variants after theirs
+    names = (runs.assign(rank=runs["paradigm"].map(lambda p: order.get(p, len(order))))
+             .drop_duplicates("name").sort_values(["rank", "name"])["name"].tolist())
+    clusters = list(dict.fromkeys(runs["cluster"]))
+    fig, axes = plt.subplots(1, len(clusters), figsize=(6.5 * len(clusters), 1.2 + 0.45 * len(names)),
+                             squeeze=False, sharey=True)
+    for ax, cluster in zip(axes[0], clusters):
+        here = runs[runs["cluster"] == cluster]
+        longest = float(here["time"].max()) if here["time"].notna().any() else 0.0
+        for y, name in enumerate(names):
+            members = here[here["name"] == name]
+            if members.empty:
+                continue
+            times = members["time"].dropna()
+            final = members["final"].mean()
+            reached = f"{len(times)}/{len(members)} runs, " if len(members) > 1 else ""
+            paradigm = members["paradigm"].iloc[0]
+            if len(times):
+                mean = float(times.mean())
+                ax.barh(y, mean, color=colour(paradigm), alpha=0.85,
+                        hatch="//" if name != paradigm else None, edgecolor="white")
+                if len(times) > 1:
+                    ax.errorbar(mean, y, xerr=[[mean - times.min()], [times.max() - mean]], color="black",
+                                capsize=3, lw=1)
+                ax.text(times.max() + 0.01 * longest, y, f" {mean:.2f} s ({reached}final {100 * final:.1f}%)",
+                        va="center", fontsize=8)
+            else:
+                ax.text(0, y, f" never reached {100 * target:g}% (final {100 * final:.1f}%)", va="center",
+                        fontsize=8, color="tab:red")
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names)
+        ax.set_ylim(len(names) - 0.5, -0.5)
+        ax.set_xlim(0, 1.8 * longest if longest else 1)
+        ax.set_xlabel(f"seconds to {100 * target:g}% test accuracy")
+        ax.set_title(cluster, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# per-worker timeline ------------------------------------------------------
+def _ends(rows: np.ndarray) -> np.ndarray:
+    return rows["start"] + rows["wait"] + rows["pull"] + rows["compute"] + rows["push"]
+
+
+def default_window(log: RunLog) -> tuple[float, float]:
+    """About TIMELINE_ITERATIONS iterations of the slowest worker, short
+    enough that single iterations stay visible: from just before the first
+    transient straggler, or else from a third of the run (past the warm-up)."""
+    it = log.iterations
+    ends = _ends(it)
+    period = max(ends[it["worker"] == w].max() / (it["worker"] == w).sum() for w in np.unique(it["worker"]))
+    width = min(float(ends.max()), TIMELINE_ITERATIONS * period)
+    stragglers = log.events("straggler")
+    lo = stragglers[0]["time"] - 0.2 * width if stragglers else ends.max() / 3
+    lo = float(np.clip(lo, 0.0, ends.max() - width))
+    return lo, lo + width
+
+
+def _draw_timeline(ax, log: RunLog, lo: float, hi: float) -> None:
+    it = log.iterations
+    workers = sorted(int(w) for w in np.unique(it["worker"]))
+    factors = [float(x) for x in log.config["slowdown"].split(",")] if log.config.get("slowdown") else []
+    for w in workers:
+        rows = it[it["worker"] == w]
+        t = rows["start"].copy()
+        spans = {"wait": rows["wait"], "pull": rows["pull"],
+                 "work": rows["compute"] - rows["slowdown"], "slowdown": rows["slowdown"],
+                 "push": rows["push"]}
+        for key, fill, _ in SEGMENTS:
+            keep = (t + spans[key] >= lo) & (t <= hi)
+            ax.broken_barh(list(zip(t[keep], spans[key][keep])), (w - 0.35, 0.7), facecolors=fill)
+            t = t + spans[key]
+        for s in log.events("straggler"):
+            covered = rows[(rows["iteration"] >= s["iteration"])
+                           & (rows["iteration"] < s["iteration"] + s["iterations"])]
+            if s.get("worker") != w or not len(covered):
+                continue
+            first, last = float(covered["start"][0]), float(_ends(covered)[-1])
+            ax.add_patch(plt.Rectangle((first, w - 0.5), last - first, 1.0, color="red", alpha=0.12, lw=0))
+            if first < hi and last > lo:
+                ax.text(max(first, lo), w - 0.37, f" straggler x{s['factor']:g}", color="red",
+                        fontsize=7, va="bottom", clip_on=True)
+    for e in _mode_events(log):
+        if lo <= e["time"] <= hi:
+            ax.axvline(e["time"], color="purple", lw=1.2)
+            ax.text(e["time"], -0.45, f" {e['mode_name']}", color="purple", fontsize=7, va="top")
+    ax.set_yticks(workers)
+    ax.set_yticklabels([f"worker {w}" + (f" (x{factors[w]:g})" if w < len(factors) else "") for w in workers])
+    ax.set_ylim(len(workers) - 0.5, -0.5)
+    ax.set_xlim(lo, hi)
+
+
+def timeline_figure(log: RunLog, path: str, window: tuple[float, float] | None = None) -> str:
+    """Gantt chart, one row per worker, each iteration split into wait, pull,
+    compute, emulated slowdown and push; transient stragglers shaded red.
+    Top: the whole run; bottom: a window where single iterations show."""
+    it = log.iterations
+    lo, hi = window or default_window(log)
+    rows = len(np.unique(it["worker"]))
+    fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 2.2 + 1.3 * rows))
+    _draw_timeline(whole, log, 0.0, float(_ends(it).max()))
+    whole.axvspan(lo, hi, color="black", alpha=0.08, lw=0)
+    whole.set_title(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config)} (whole run; "
+                    f"shaded: the window below)", fontsize=10)
+    _draw_timeline(zoom, log, lo, hi)
+    zoom.set_title(f"{lo:.2f} s to {hi:.2f} s", fontsize=9)
+    zoom.set_xlabel("wall-clock time (s)")
+    zoom.legend(handles=[Patch(color=c, label=lab) for _, c, lab in SEGMENTS]
+                + [Patch(facecolor="white", edgecolor="grey", label="untimed (tick, logging, scheduling)"),
+                   Patch(color="red", alpha=0.12, label="transient straggler")],
+                ncol=len(SEGMENTS) + 2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# staleness histograms -------------------------------------------------------
+def staleness_figure(logs: list[RunLog], path: str) -> str:
+    """Per run: how many updates each push missed (iteration staleness), and
+    value staleness where the paradigm measured it. The x axis stops at the
+    99.5th percentile (at least 5); the text gives the maximum."""
+    cols = min(4, len(logs))
+    nrows = math.ceil(len(logs) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.8 * nrows), squeeze=False)
+    for ax, log in zip(axes.flat, logs):
+        it = log.iterations
+        s = it["staleness"]
+        ax.set_title(f"{log.name} ({paradigm_label(log.config)})", fontsize=9)
+        if not len(s):
+            ax.text(0.5, 0.5, "no iterations logged", transform=ax.transAxes, ha="center")
+            ax.set_axis_off()
+            continue
+        top = max(5, int(np.ceil(np.percentile(s, 99.5))))
+        bins = np.arange(top + 2) - 0.5
+        ax.hist(np.minimum(s, top), bins=bins, color=colour(log.paradigm), alpha=0.8, label="iteration")
+        column, measure = value_staleness_column(it)
+        if column:
+            v = it[column][np.isfinite(it[column])]
+            ax.hist(np.minimum(v, top), bins=bins, histtype="step", color="black", label=f"value ({measure})")
+            ax.legend(fontsize=7, loc="center right")
+        ax.set_yscale("log")
+        ax.set_xlim(bins[0], bins[-1])
+        ax.text(0.97, 0.95, f"mean {s.mean():.2f}\nmax {s.max()}", transform=ax.transAxes,
+                ha="right", va="top", fontsize=8)
+        ax.set_xlabel(f"staleness (updates; last bin: >= {top})", fontsize=8)
+        ax.tick_params(labelsize=8)
+    for ax in list(axes.flat)[len(logs):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# paradigm dynamics ----------------------------------------------------------
+def _is_mode(event: dict) -> bool:
+    """A Sync-Switch switch: an event with a 'mode' field or a kind naming a switch."""
+    return "mode" in event or "switch" in event["kind"]
+
+
+def _mode_events(log: RunLog) -> list[dict]:
+    """The switches, each given a printable `mode_name`."""
+    out = []
+    for e in filter(_is_mode, log.events()):
+        mode = e.get("mode", e.get("to", e["kind"]))
+        if mode in (MODE_BSP, MODE_ASP):   # the control window's numeric flag
+            mode = "BSP" if mode == MODE_BSP else "ASP"
+        out.append({**e, "mode_name": str(mode).upper()})
+    return out
+
+
+def value_staleness_column(it: np.ndarray) -> tuple[str | None, str]:
+    """The iterations column holding value staleness, where measured: the
+    exact distance if logged, else its cheap upper bound."""
+    for column, measure in (("value_staleness", "exact"), ("value_staleness_bound", "path-length bound")):
+        if np.isfinite(it[column]).any():
+            return column, measure
+    return None, ""
+
+
+def _varies(values: np.ndarray) -> bool:
+    values = values[np.isfinite(values)]
+    return len(values) > 1 and float(values.min()) != float(values.max())
+
+
+# Each panel builder takes (log, events) and returns the (title, draw(ax)) pairs it
+# can fill from this log: none when the paradigm did not log what it plots.
+def _dssp_controller(log, events):
+    r_star = [e for e in events if "r_star" in e]
+    if not r_star:
+        return []
+
+    def draw(ax):
+        t = [e["time"] for e in r_star]
+        ax.scatter(t, [e["r_star"] for e in r_star], s=8, color=colour("dssp"), label="r*")
+        if all("gap" in e for e in r_star):
+            ax.plot(t, [e["gap"] for e in r_star], color="grey", lw=0.8, label="clock gap at the call")
+        ax.set_ylabel("iterations")
+        ax.legend(fontsize=7, loc="upper right")
+    return [("DSSP controller: extra iterations r* granted to the fastest worker", draw)]
+
+
+def _sync_mode(log, events):
+    modes = _mode_events(log)
+    if not modes:
+        return []
+    end = float(log.iterations["start"].max()) if len(log.iterations) else modes[-1]["time"]
+
+    def draw(ax):
+        names = list(dict.fromkeys(["BSP", "ASP"] + [e["mode_name"] for e in modes]))
+        t = [0.0] + [e["time"] for e in modes] + [end]
+        y = [names.index("BSP")] + [names.index(e["mode_name"]) for e in modes]
+        ax.step(t, y + y[-1:], where="post", color=colour("syncswitch"))
+        for e in modes:
+            if "reason" in e:
+                ax.annotate(str(e["reason"]), (e["time"], names.index(e["mode_name"])), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names)
+        ax.set_ylim(-0.5, len(names) - 0.5)
+    return [("synchronization mode", draw)]
+
+
+def _server_optimizer(log, events):
+    s0 = log.applies[log.applies["server"] == 0]   # a global server (GSSP's group servers log too)
+    lr_varies, momentum_varies = _varies(s0["lr"].astype(float)), _varies(s0["momentum"].astype(float))
+    if not (lr_varies or momentum_varies):
+        return []
+
+    def draw(ax):
+        if lr_varies:
+            ax.plot(s0["time"], s0["lr"], color="black", lw=1)
+            ax.set_ylabel("learning rate")
+        if momentum_varies:
+            twin = ax.twinx() if lr_varies else ax
+            twin.plot(s0["time"], s0["momentum"], color="tab:red", lw=1)
+            twin.set_ylabel("momentum", color="tab:red")
+    return [("server optimizer (server 0)", draw)]
+
+
+def _per_worker(log, column: str, title: str, ylabel: str, *, lines: bool = False):
+    """A panel of one iterations column against time, a series per worker."""
+    it = log.iterations
+
+    def draw(ax):
+        for w in sorted(int(x) for x in np.unique(it["worker"])):
+            rows = it[it["worker"] == w]
+            if lines:
+                ax.plot(rows["start"], rows[column], lw=1, label=f"worker {w}")
+            else:
+                ax.scatter(rows["start"], rows[column], s=4, label=f"worker {w}")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7, ncol=4, loc="best", markerscale=3)
+    return [(title, draw)]
+
+
+def _batch_sizes(log, events):
+    it = log.iterations
+    # a global budget's last claim may be cut short: that is no decision
+    if not _varies(it["batch"][~_last_of_each_worker(it)].astype(float)):
+        return []
+    return _per_worker(log, "batch", "batch size per worker", "samples", lines=True)
+
+
+def _lr_scales(log, events):
+    if not _varies(log.iterations["lr_scale"].astype(float)):
+        return []
+    return _per_worker(log, "lr_scale", "learning-rate scale of each push", "lr scale")
+
+
+def _value_staleness(log, events):
+    column, measure = value_staleness_column(log.iterations)
+    if not column:
+        return []
+    return _per_worker(log, column, f"value staleness of each push ({measure}, in average updates)",
+                       "value staleness")
+
+
+def _predicted_speed(log, events):
+    speeds = [e for e in events if "predicted" in e and "actual" in e and "worker" in e]
+    if not speeds:
+        return []
+
+    def draw(ax):
+        for w in sorted({e["worker"] for e in speeds}):
+            mine = [e for e in speeds if e["worker"] == w]
+            line, = ax.plot([e["time"] for e in mine], [e["actual"] for e in mine], lw=1, label=f"worker {w}")
+            ax.plot([e["time"] for e in mine], [e["predicted"] for e in mine], lw=1, ls="--",
+                    color=line.get_color())
+        ax.set_ylabel("samples/s")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7, ncol=4, loc="upper right")
+    return [("speed of each worker: measured (solid) and predicted (dashed)", draw)]
+
+
+def _gssp_exchanges(log, events):
+    exchanges = log.exchanges
+    if not len(exchanges):
+        return []
+    groups = [e["groups"] for e in events if "group" in e["kind"] and "groups" in e]
+    members = groups[-1] if groups else []
+    ids = sorted(int(x) for x in np.unique(exchanges["group"]))
+
+    def draw_count(ax):
+        for g in ids:
+            rows = exchanges[exchanges["group"] == g]
+            who = f" (workers {', '.join(map(str, members[g]))})" if g < len(members) else ""
+            ax.plot(rows["time"], rows["exchange"], lw=1.2, color=f"C{g}", label=f"group {g}{who}")
+        ax.set_ylabel("exchanges so far")
+        ax.legend(fontsize=7, loc="upper left")
+
+    def draw_ratio(ax):
+        for g in ids:
+            rows = exchanges[exchanges["group"] == g]
+            ax.plot(rows["time"], rows["bytes_sent"] / np.maximum(rows["bytes_dense"], 1), lw=1,
+                    color=f"C{g}", label=f"group {g}: bytes sent / dense")
+            ax.plot(rows["time"], rows["ratio"], ls="--", lw=1.5, color=f"C{g}", label=f"group {g}: upload ratio c")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7, ncol=2, loc="lower left")
+    panels = [("GSSP: exchanges of each group server with the global servers", draw_count)]
+    if np.isfinite(exchanges["ratio"]).any():
+        panels.append(("GDTopK: upload ratio and bytes of each exchange", draw_ratio))
+    return panels
+
+
+def _last_of_each_worker(it) -> np.ndarray:
+    last = np.zeros(len(it), dtype=bool)
+    for w in np.unique(it["worker"]):
+        rows = np.flatnonzero(it["worker"] == w)
+        last[rows[np.argmax(it["iteration"][rows])]] = True
+    return last
+
+
+PANELS = [_dssp_controller, _sync_mode, _server_optimizer, _batch_sizes, _lr_scales, _value_staleness,
+          _predicted_speed, _gssp_exchanges]
+
+
+def _other_events(events, kinds):
+    def draw(ax):
+        for row, kind in enumerate(kinds):
+            t = [e["time"] for e in events if e["kind"] == kind]
+            ax.plot(t, [row] * len(t), "|", ms=10, color="black")
+        ax.set_yticks(range(len(kinds)))
+        ax.set_yticklabels([f"{k} ({sum(e['kind'] == k for e in events)})" for k in kinds], fontsize=8)
+        ax.set_ylim(len(kinds) - 0.5, -0.5)
+    return ("other events (count)", draw)
+
+
+def dynamics_panels(log: RunLog) -> list:
+    """The panels this run's log can fill, as (title, draw(ax)) pairs; empty
+    when the paradigm logged nothing beyond what every run has."""
+    events = log.events()
+    panels = [panel for build in PANELS for panel in build(log, events)]
+    # the rest (GSSP's regroupings, LB-BSP's rounds, checkpoints, ...)
+    kinds = list(dict.fromkeys(e["kind"] for e in events if e["kind"] not in TIMELINE_EVENTS
+                               and "r_star" not in e and not _is_mode(e)))
+    if kinds and (panels or any(not k.startswith(RUNTIME_EVENTS) for k in kinds)):
+        panels.append(_other_events(events, kinds))
+    return panels
+
+
+def dynamics_figure(log: RunLog, path: str) -> str | None:
+    """The paradigm's decisions over time; None (no file) when there are none."""
+    panels = dynamics_panels(log)
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 0.6 + 2.2 * len(panels)), sharex=True,
+                             squeeze=False)
+    for ax, (title, draw) in zip(axes[:, 0], panels):
+        draw(ax)
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("wall-clock time (s)")
+    fig.suptitle(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config)}", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
+    return _save(fig, path)
+
+
+# all of it ------------------------------------------------------------------
+def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
+              window: tuple[float, float] | None = None, per_run: list[str] | None = None) -> list[str]:
+    """Every figure for these runs into out_dir; returns the files written.
+    Timelines and dynamics only for the runs in `per_run` (default: all)."""
+    os.makedirs(out_dir, exist_ok=True)
+    logs = [RunLog(d) for d in run_dirs]
+    written = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
+               staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
+    if target is not None:
+        written.append(time_to_target_figure(logs, os.path.join(out_dir, "time_to_target.png"), target))
+    for log in logs:
+        if per_run is not None and log.run_dir not in per_run:
+            continue
+        if len(log.iterations):
+            written.append(timeline_figure(log, os.path.join(out_dir, f"timeline-{log.name}.png"), window))
+        written.append(dynamics_figure(log, os.path.join(out_dir, f"dynamics-{log.name}.png")))
+    return [p for p in written if p]
+
+
+def _window(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError("START:END in seconds, e.g. 2:4") from None
+    if not hi > lo:
+        raise argparse.ArgumentTypeError("END must be after START")
+    return lo, hi
+
+
+def main(argv=None, prog: str | None = None) -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="where the PNG files go")
+    p.add_argument("--target", type=float, default=0.9, help="accuracy line drawn on the accuracy plot")
+    p.add_argument("--window", type=_window, metavar="START:END",
+                   help="timeline window in seconds (default: the first ~40 iterations of the slowest worker)")
+    args = p.parse_args(argv)
+    try:
+        runs = find_runs(args.runs)
+    except FileNotFoundError as e:
+        print(f"plot: {e}", file=sys.stderr)
+        return 2
+    for path in plot_runs(runs, args.out, target=args.target, window=args.window):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
