@@ -1,5 +1,6 @@
 """LB-BSP under real MPI: BSP's oracle with uneven batches, balanced rounds,
-what the log holds, accuracy, and a bad global batch refused at set-up."""
+what the log holds, accuracy. (A bad global batch refused at set-up:
+tests/mpi/inproc/test_bad_input.py.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -91,10 +92,6 @@ def test_rounds_end_closer_together_than_under_bsp(tmp_path_factory):
     assert lb_spread < 0.5 * bsp_spread, (lb_spread, bsp_spread)
 
 
-def test_infeasible_global_batch_is_one_line_at_setup(tmp_path):
-    # two workers, X = 1: one of them would get no sample
-    job = train(3, tmp_path / "run", "--paradigm", "lbbsp", "--global-batch", "1", check=False)
-    assert job.returncode != 0
-    errors = [line for line in job.output.splitlines() if line.startswith("mpips: error:")]
-    assert len(errors) == 1 and "global_batch=1" in errors[0] and "number of workers (2)" in errors[0]
-    assert "Traceback" not in job.output
+# A global batch smaller than the number of workers is one line at set-up:
+# tests/mpi/inproc/test_bad_input.py ("infeasible lbbsp global batch"), in its
+# one launch of every bad input (it was a job of its own here).
