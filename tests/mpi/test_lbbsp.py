@@ -37,18 +37,20 @@ def digits_run(tmp_path_factory):
                  "--eval-every", "5").log
 
 
-def test_uneven_rounds_give_the_replayed_parameters_bit_for_bit(tmp_path):
+def test_uneven_rounds_give_the_replayed_parameters_bit_for_bit(digits_run):
     # The servers sum the sample-weighted gradients in the order of where
     # each batch starts in the global stream, so the run equals its
     # one-process replay from the logged claims exactly, over as many rounds
     # as it lasts (conftest.replayed_run; that a replayed round is SGD on the
-    # concatenated batch: test_foundation.py).
-    log = train(5, tmp_path / "run", "--paradigm", "lbbsp", "--global-batch", "256",
-                "--slowdown", SLOW, "--iterations", "30", "--lr", "0.1", "--eval-every", "1000").log
-    batches = per_round(log, "batch").astype(np.int64)
-    assert (batches.sum(axis=1) == 256).all()
+    # concatenated batch: test_foundation.py). The module's run serves: the
+    # claim holds for any predictor and length, and its ~110 rounds end with
+    # one cut short by the budget (workers without a sample do not push);
+    # it was a 30-round job of its own here, 20-30 s of start-up and rounds.
+    batches = np.nan_to_num(per_round(digits_run, "batch")).astype(np.int64)
+    assert (batches[:-1].sum(axis=1) == 256).all() and 0 < batches[-1].sum() <= 256
     assert len(set(map(tuple, batches))) > 5, "the split never changed"
-    np.testing.assert_array_equal(log.final_params(), replayed_run(Config(**log.config), rounds_of(log)))
+    np.testing.assert_array_equal(digits_run.final_params(),
+                                  replayed_run(Config(**digits_run.config), rounds_of(digits_run)))
 
 
 def test_slow_workers_get_smaller_batches_and_it_is_logged(digits_run):
