@@ -1,5 +1,6 @@
 """LB-BSP under real MPI: BSP's oracle with uneven batches, balanced rounds,
-what the log holds, accuracy, and a bad global batch refused at set-up."""
+what the log holds, accuracy. (A bad global batch refused at set-up:
+tests/mpi/inproc/test_bad_input.py.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -36,18 +37,20 @@ def digits_run(tmp_path_factory):
                  "--eval-every", "5").log
 
 
-def test_uneven_rounds_give_the_replayed_parameters_bit_for_bit(tmp_path):
+def test_uneven_rounds_give_the_replayed_parameters_bit_for_bit(digits_run):
     # The servers sum the sample-weighted gradients in the order of where
     # each batch starts in the global stream, so the run equals its
     # one-process replay from the logged claims exactly, over as many rounds
     # as it lasts (conftest.replayed_run; that a replayed round is SGD on the
-    # concatenated batch: test_foundation.py).
-    log = train(5, tmp_path / "run", "--paradigm", "lbbsp", "--global-batch", "256",
-                "--slowdown", SLOW, "--iterations", "30", "--lr", "0.1", "--eval-every", "1000").log
-    batches = per_round(log, "batch").astype(np.int64)
-    assert (batches.sum(axis=1) == 256).all()
+    # concatenated batch: test_foundation.py). The module's run serves: the
+    # claim holds for any predictor and length, and its ~110 rounds end with
+    # one cut short by the budget (workers without a sample do not push);
+    # it was a 30-round job of its own here, 20-30 s of start-up and rounds.
+    batches = np.nan_to_num(per_round(digits_run, "batch")).astype(np.int64)
+    assert (batches[:-1].sum(axis=1) == 256).all() and 0 < batches[-1].sum() <= 256
     assert len(set(map(tuple, batches))) > 5, "the split never changed"
-    np.testing.assert_array_equal(log.final_params(), replayed_run(Config(**log.config), rounds_of(log)))
+    np.testing.assert_array_equal(digits_run.final_params(),
+                                  replayed_run(Config(**digits_run.config), rounds_of(digits_run)))
 
 
 def test_slow_workers_get_smaller_batches_and_it_is_logged(digits_run):
@@ -91,10 +94,6 @@ def test_rounds_end_closer_together_than_under_bsp(tmp_path_factory):
     assert lb_spread < 0.5 * bsp_spread, (lb_spread, bsp_spread)
 
 
-def test_infeasible_global_batch_is_one_line_at_setup(tmp_path):
-    # two workers, X = 1: one of them would get no sample
-    job = train(3, tmp_path / "run", "--paradigm", "lbbsp", "--global-batch", "1", check=False)
-    assert job.returncode != 0
-    errors = [line for line in job.output.splitlines() if line.startswith("mpips: error:")]
-    assert len(errors) == 1 and "global_batch=1" in errors[0] and "number of workers (2)" in errors[0]
-    assert "Traceback" not in job.output
+# A global batch smaller than the number of workers is one line at set-up:
+# tests/mpi/inproc/test_bad_input.py ("infeasible lbbsp global batch"), in its
+# one launch of every bad input (it was a job of its own here).

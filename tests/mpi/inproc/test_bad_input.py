@@ -23,14 +23,17 @@ def _idx(path, magic, dims, payload=b""):
         fh.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + payload)
 
 
-def _mnist(folder, train_images, image_size=28):
-    """IDX files with `train_images` training images of image_size^2 pixels."""
+def _mnist(folder, train_images, image_size=28, test_payload=None):
+    """IDX files with `train_images` training images of image_size^2 pixels
+    (and 4 test images, or `test_payload` as their bytes: short of 4 images
+    when it is shorter)."""
     os.makedirs(folder)
     px = image_size * image_size
     _idx(os.path.join(folder, "train-images-idx3-ubyte"), 0x0803, (train_images, image_size, image_size),
          bytes(train_images * px))
     _idx(os.path.join(folder, "train-labels-idx1-ubyte"), 0x0801, (train_images,), bytes(train_images))
-    _idx(os.path.join(folder, "t10k-images-idx3-ubyte"), 0x0803, (4, image_size, image_size), bytes(4 * px))
+    _idx(os.path.join(folder, "t10k-images-idx3-ubyte"), 0x0803, (4, image_size, image_size),
+         bytes(4 * px) if test_payload is None else test_payload)
     _idx(os.path.join(folder, "t10k-labels-idx1-ubyte"), 0x0801, (4,), bytes(4))
 
 
@@ -41,6 +44,7 @@ def shared():
     if comm.Get_rank() == 0:
         _mnist(os.path.join(top, "mnist-empty"), 0)
         _mnist(os.path.join(top, "mnist-0x0"), 8, image_size=0)
+        _mnist(os.path.join(top, "mnist-truncated"), 10, test_payload=bytes(100))
         with open(os.path.join(top, "bool.yaml"), "w") as fh:
             fh.write("batch_size: true\n")
     comm.Barrier()
@@ -81,6 +85,29 @@ CASES = [  # (id, flags, the field the line names, what it says is allowed)
     ("more groups than workers", ["--paradigm", "gssp", "--groups", "9"], "groups", "at most 1"),
     ("batch beyond a worker's share of an epoch", ["--budget", "per-worker", "--batch-size", "500"],
      "batch_size", "must be <= 479"),
+    # These were one mpiexec job each in tests/mpi (test_robustness.py,
+    # test_gssp_job.py, test_lbbsp.py), 10-20 s of start-up apiece for a
+    # check of one line; here they are the same claims, on every rank, in the
+    # one launch. (The job-level path, mpiexec's own exit status 2 for
+    # `python -m mpips`, keeps one case in test_robustness.py.)
+    ("unknown paradigm", ["--paradigm", "bogus"], "paradigm", "allowed: bsp, asp, ssp"),
+    ("negative staleness", ["--staleness", "-1"], "staleness", "integer >= 0"),
+    ("more servers than ranks", ["--servers", "5"], "servers", "must be <"),
+    ("zero workers", ["--servers", "4"], "servers", "must be <"),
+    ("workers mismatch", ["--workers", "5"], "workers", "must equal"),
+    ("missing data dir", ["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], "data_dir",
+     "no such directory"),
+    ("malformed mnist", ["--dataset", "mnist", "--data-dir", "{shared}/mnist-truncated"],
+     "t10k-images-idx3-ubyte", ""),
+    ("bad slowdown", ["--slowdown", "1,x"], "slowdown", "factors"),
+    ("not a number", ["--lr", "fast"], "lr", "float"),
+    # GSSP layouts: 4 ranks with 2 groups leave 1 worker; one group that leaves out worker 1
+    ("gssp groups beyond the workers", ["--paradigm", "gssp", "--groups", "2"], "groups", "invalid groups="),
+    ("gssp assignment missing a worker", ["--paradigm", "gssp", "--groups", "1", "--group-assignment", "0"],
+     "group_assignment", "invalid group_assignment="),
+    # LB-BSP: X = 1 over 3 workers, two of them would get no sample
+    ("infeasible lbbsp global batch", ["--paradigm", "lbbsp", "--global-batch", "1"], "global_batch=1",
+     "number of workers (3)"),
 ]
 
 
