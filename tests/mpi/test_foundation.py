@@ -69,12 +69,13 @@ def test_a_replayed_round_is_sgd_on_the_concatenated_batch(batch, budget):
 def ssp_runs(tmp_path_factory):
     """SSP(s) for s in 0, 1, 3 and ASP, all with slowdowns 1,1,1,4 of a 5 ms device."""
     runs = {}
-    # 10 epochs where an accuracy is asserted (SSP(3)); 3 for the others, whose
-    # claims do not grow with the run: a bound at every gate, waits and
-    # iteration counts as ratios, ASP's gap (~60 clocks at 3 epochs, > 3 asked)
+    # 3 epochs: the claims do not grow with the run (a bound at every gate,
+    # waits and iteration counts as ratios, ASP's gap: ~60 clocks, > 3 asked);
+    # SSP(3)'s accuracy with this straggler is the simulator's (tests/sim), where
+    # it does not depend on how the machine's load interleaves the pushes
     for name, epochs, flags in [("ssp0", 3, ["--paradigm", "ssp", "--staleness", "0"]),
                                 ("ssp1", 3, ["--paradigm", "ssp", "--staleness", "1"]),
-                                ("ssp3", 10, ["--paradigm", "ssp", "--staleness", "3"]),
+                                ("ssp3", 3, ["--paradigm", "ssp", "--staleness", "3"]),
                                 ("asp", 3, ["--paradigm", "asp"])]:
         # emulated device time: the 4x worker is 4x slower whatever the machine's load
         runs[name] = train(5, tmp_path_factory.mktemp(name), *flags, "--slowdown", "1,1,1,4",
@@ -110,10 +111,6 @@ def test_asp_waits_only_for_its_own_pushes_and_sees_staleness(ssp_runs):
     counts = np.bincount(it["worker"])
     assert counts[:3].min() > 2 * counts[3], counts
     assert_each_sample_once(ssp_runs["asp"])
-
-
-def test_ssp_reaches_90_percent_despite_the_straggler(ssp_runs):
-    assert ssp_runs["ssp3"].summary()["final_accuracy"] >= 0.90
 
 
 # ASP at the same settings as BSP: read-your-writes and the asynchrony-compensated
