@@ -39,17 +39,17 @@ def offline(tmp_path_factory):
 @pytest.fixture(scope="module")
 def online(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("syncswitch") / "online"
-    # The straggler is 10x and slow means 3x the median (not the default 1.5x):
-    # 4 workers and 2 servers on 2 cores make a worker 2.5x slower for a few
-    # iterations now and then, which fired the detector before the straggler
-    # began (clocks 13 and 15, in two clean-clone runs). It lasts 10 of worker
-    # 3's iterations: in ASP the others run ~10 per slow one, and a 30-iteration
-    # straggle once let them finish all 400 before it cleared; with 10 the
-    # switch back came at clocks 39-120 in 3 runs.
+    # The online policy at its defaults (slow = 1.5x the median for 3 rounds)
+    # against a 4x straggler of 30 iterations, on an emulated 20 ms device:
+    # without device time, 2 cores' contention made workers 2.5x slower now
+    # and then and fired the detector before the straggler began, and the
+    # test had been loosened to a 10x straggler and a factor of 3. The exact
+    # policy (when it switches, greedy against conservative) is checked in
+    # the simulator (tests/sim); here, that switching both ways on the real
+    # transport loses, doubles and deadlocks nothing.
     return train(6, run_dir, "--paradigm", "syncswitch", "--servers", "2", "--online-policy", "greedy",
-                 "--straggler-factor", "3",
-                 "--switch-at", "0.5", "--straggler", "3:20:10:10", "--iterations", "400",
-                 "--eval-every", "5", "--seed", "0").log
+                 "--device-time", "20ms", "--switch-at", "0.5", "--straggler", "3:20:30:4",
+                 "--iterations", "400", "--eval-every", "5", "--seed", "0").log
 
 
 def phases(log: RunLog) -> list[tuple[int, int, str]]:
@@ -141,11 +141,13 @@ def test_lr_and_momentum_follow_the_policy(offline):
     bsp, asp = rows[before < boundary], rows[before >= boundary]
     assert np.allclose(bsp["momentum"], MOMENTUM)
     assert asp["momentum"][0] == pytest.approx(MOMENTUM / workers, rel=1e-6)
-    # ramped to ASP's asynchrony-compensated momentum 1 - W (1 - m) (async_momentum)
-    target = 1 - workers * (1 - MOMENTUM)
+    # ramped to ASP's asynchrony-compensated momentum (async_momentum) for a
+    # step of k pushes, 1 - (W / k) (1 - m), within [0, m]
+    k = asp["pushes"]
+    target = np.clip(1 - workers / k * (1 - MOMENTUM), 0, MOMENTUM)
     expected = MOMENTUM / workers + (target - MOMENTUM / workers) * np.minimum(1, (before[before >= boundary] - boundary) / RAMP)
     assert np.allclose(asp["momentum"], expected, rtol=1e-5)
-    assert asp["momentum"][-1] == pytest.approx(target, rel=1e-6)
+    assert asp["momentum"][-1] == pytest.approx(target[-1], rel=1e-6)
     assert switch["momentum"] == pytest.approx(MOMENTUM / workers)
     # lr: the schedule's eta in BSP; in ASP the same long-run step eta / (1 - m)
     # at the ramp's momentum (ASP's eta / W per push is the push scale)
