@@ -2,7 +2,7 @@
 # environment and defines two functions:
 #
 #   mpips_train PARADIGM [FLAGS...]   launch `python -m mpips train` on
-#                                     servers + workers (+ groups for gssp) ranks
+#                                     the ranks the settings need (mpips ranks)
 #   mpips_launch N COMMAND...         launch any command on N MPI ranks
 #
 # Nothing needs editing for a small run; environment variables override the
@@ -12,7 +12,7 @@
 #                      MPIPS_WORKERS=2, MPIPS_SLOWDOWN=1,2, MPIPS_STALENESS=5 ...
 #                      becomes --epochs 1 --workers 2 ..., MPIPS_NESTEROV=1|0 becomes
 #                      --nesterov|--no-nesterov (defaults: 1 server,
-#                      4 workers, 2 groups for gssp; the rest from mpips/config.py)
+#                      4 workers; the rest from mpips/config.py)
 #   MPIPS_CONFIG       a YAML file, passed as --config
 #   MPIPS_ARGS         extra flags, appended last (they win)
 #   MPIPS_RUN_DIR      run directory; default runs/$SLURM_JOB_ID in the repository
@@ -189,21 +189,15 @@ EOF
 # mpips_train PARADIGM [FLAGS...]: train with PARADIGM on the ranks it needs.
 mpips_train() {
     local paradigm="$1"; shift
-    local servers workers groups n name kind var flag run_dir
+    local servers workers n name kind var flag run_dir
     local -a args=(--paradigm "$paradigm")
     servers="${MPIPS_SERVERS:-1}"
     workers="${MPIPS_WORKERS:-4}"
-    n=$((servers + workers))
     args+=(--servers "$servers" --workers "$workers")
-    if [ "$paradigm" = gssp ]; then
-        groups="${MPIPS_GROUPS:-2}"
-        n=$((n + groups))
-        args+=(--groups "$groups")
-    fi
     [ -n "${MPIPS_CONFIG:-}" ] && args+=(--config "$MPIPS_CONFIG")
     for name in $(_mpips_fields); do
         kind="${name#*:}"; name="${name%%:*}"
-        case "$name" in paradigm|servers|workers|groups|run_dir) continue ;; esac
+        case "$name" in paradigm|servers|workers|run_dir) continue ;; esac
         var="MPIPS_${name^^}"
         flag="--${name//_/-}"
         [ -n "${!var:-}" ] || continue
@@ -232,5 +226,7 @@ mpips_train() {
     fi
     # shellcheck disable=SC2206
     args+=("$@" ${MPIPS_ARGS:-})
+    # the ranks these settings need (a paradigm's group servers, an evaluator): mpips says
+    n="$("$MPIPS_PYTHON" -m mpips ranks "${args[@]}")" || return 2
     mpips_launch "$n" "$MPIPS_PYTHON" -m mpips train "${args[@]}"
 }

@@ -47,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
     _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
     _train_parser(sub, "simulate", "run the same job in one process in virtual time (mpips/simulate.py): "
                                    "--workers N, --device-time (default 20ms), --sim-latency, --sim-bandwidth")
+    _train_parser(sub, "ranks", "print the number of ranks a job of these settings (with --workers N) "
+                                "needs: servers + group servers + workers + evaluator (jobs/common.sh)")
     info = sub.add_parser("info", help="summarize a run directory")
     info.add_argument("run_dir")
     info.add_argument("--json", action="store_true", help="one JSON object")
@@ -151,6 +153,17 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def cmd_ranks(args) -> int:
+    from .layout import ranks_for
+
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config", "plugin")}
+    try:
+        print(ranks_for(load(getattr(args, "config", None), overrides)))
+    except ConfigError as e:
+        return _fail(str(e))
+    return 0
+
+
 def cmd_info(args) -> int:
     from .log import RunLog
 
@@ -191,5 +204,5 @@ def main(argv=None) -> int:
         # every rank fails alike; one says so
         return _fail(str(e)) if _launched_rank() in (None, "0") else 2
     args = parser().parse_args(argv)
-    return {"train": cmd_train, "simulate": cmd_simulate, "info": cmd_info,
+    return {"train": cmd_train, "simulate": cmd_simulate, "ranks": cmd_ranks, "info": cmd_info,
             "syncswitch-search": syncswitch_search.cmd_search}[args.command](args)

@@ -1,11 +1,13 @@
-"""Which rank does what: servers first, then GSSP group servers, then workers,
-then the evaluator (`--evaluator`)."""
+"""Which rank does what: servers first, then group servers (a paradigm with
+a second level of servers, `Paradigm.group_servers`), then workers, then
+the evaluator (`--evaluator`)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 from .config import ConfigError
 from .grouping import parse_assignment
+from .paradigms import paradigm_class
 
 SERVER, GROUP_SERVER, WORKER, EVALUATOR = "server", "group_server", "worker", "evaluator"
 
@@ -24,7 +26,7 @@ class Layout:
     @property
     def clients(self) -> int:
         """Rows of the servers' control table: the ranks that push to them,
-        the workers, or under GSSP the group servers."""
+        the workers, or the group servers when there are some."""
         return self.group_servers or self.workers
 
     @property
@@ -54,9 +56,19 @@ class Layout:
         return asdict(self)
 
 
+def ranks_for(config) -> int:
+    """The world size a job of `config` needs (its `workers` given), checked by make_layout."""
+    if not config.workers:
+        raise ConfigError("workers", config.workers, "the number of workers is needed (--workers N)")
+    size = (config.servers + paradigm_class(config.paradigm).group_servers(config) + config.workers
+            + (1 if config.evaluator else 0))
+    make_layout(config, size)
+    return size
+
+
 def make_layout(config, world_size: int) -> Layout:
     """The layout for this world size, or a ConfigError saying why not."""
-    group_servers = config.groups if config.paradigm == "gssp" else 0
+    group_servers = paradigm_class(config.paradigm).group_servers(config)
     evaluators = 1 if config.evaluator else 0
     if config.servers >= world_size:
         raise ConfigError("servers", config.servers,

@@ -20,9 +20,9 @@ from .context import Context
 from .budget import SharedBudget, ShardBudget
 from .data import DataError, GlobalStream, WorkerShard, load_dataset
 from .flatmodel import FlatModel
-from .gssp import run_gssp
 from .evaluator import Evaluator
 from .layout import EVALUATOR, SERVER, WORKER, make_layout
+from .levels import run_two_levels
 from .log import RankLog, rank_file, set_status, write_run_end, write_run_header
 from .models import build_model, check_model, model_label
 from .paradigms import make_paradigm
@@ -73,25 +73,25 @@ def _writable_run_dir(run_dir: str) -> None:
         raise ConfigError("run_dir", run_dir, f"cannot write there ({e.strerror})") from None
 
 
-def _check_epoch_size(config: Config, workers: int, samples: int) -> None:
+def _check_epoch_size(config: Config, paradigm, samples: int) -> None:
     """A run sized in epochs of each worker's shard (budget per-worker) needs
-    an epoch of at least one iteration: a batch beyond a worker's shard would
+    an epoch of at least one round: a batch beyond a worker's shard would
     make every "epoch" several passes."""
+    workers = paradigm.num_workers
     if samples < workers:
         raise ConfigError("workers", workers, f"more than the {samples} training samples of {config.dataset}")
     if config.iterations or config.budget == "global":
         return   # sized in iterations, or in samples of the whole set (mpips/budget.py): nothing to miscount
-    if config.paradigm == "lbbsp":
-        total = config.global_batch or workers * config.batch_size
-        if total > samples:
-            raise ConfigError("global_batch" if config.global_batch else "batch_size",
-                              config.global_batch or config.batch_size,
-                              f"a round of {total} samples exceeds the {samples} training samples "
-                              f"(an epoch); use a smaller batch, or --iterations")
-    elif config.batch_size > samples // workers:
+    total, field = paradigm.round_samples(), paradigm.round_setting
+    if total <= samples:
+        return
+    if total == workers * config.batch_size and field == "batch_size":
         raise ConfigError("batch_size", config.batch_size,
                           f"must be <= {samples // workers}, a worker's share of the {samples} "
                           f"training samples (an epoch); or size the run with --iterations")
+    raise ConfigError(field, getattr(config, field),
+                      f"a round of {total} samples exceeds the {samples} training samples "
+                      f"(an epoch); use a smaller batch, or --iterations")
 
 
 def _device(config: Config, comm: MPI.Intracomm) -> torch.device:
@@ -123,11 +123,11 @@ def prepare(config: Config, layout, run_dir: str, *, first: bool, model=None, da
         data = load_dataset(config) if dataset is None else dataset
     except MemoryError:
         raise ConfigError("dataset", config.dataset, "does not fit in this rank's memory") from None
-    _check_epoch_size(config, layout.workers, len(data.y_train))
     torch.manual_seed(config.seed)
     model = build_model(config.model if model is None else model, data.input_shape, data.num_classes)
     check_model(model, config.model if model is None else model_label(model), data.x_train[:2], data.num_classes)
     paradigm = make_paradigm(config, layout.workers)
+    _check_epoch_size(config, paradigm, len(data.y_train))
     ipe = paradigm.iterations_per_epoch(len(data.y_train))
     if first:
         _writable_run_dir(run_dir)
@@ -138,7 +138,7 @@ def sized(config: Config, paradigm, samples: int, ipe: float) -> tuple[int, floa
     """The run's length: (iterations, iterations per epoch, total samples).
     A global budget is E passes over the training set by everyone
     (mpips/budget.py); `iterations` then counts rounds of every worker's
-    batch, the unit of Sync-Switch's f and of the servers' epochs."""
+    batch, the unit in which paradigms count rounds and servers epochs."""
     total_samples = 0
     if config.budget == "global":
         round_samples = paradigm.round_samples()
@@ -216,8 +216,8 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
     checkpointer.begin(ctx)
     preempted, failed = None, ""
     try:
-        if layout.group_servers:  # GSSP: a second level of servers (mpips/gssp.py)
-            worker = run_gssp(ctx, flat, data)
+        if layout.group_servers:  # a second level of servers (mpips/levels.py)
+            worker = run_two_levels(ctx, flat, data)
         else:
             worker = run_roles(ctx, flat, data)
         failed = _check_trained(ctx, worker)
@@ -263,7 +263,7 @@ def judge_training(run_dir: str, rejected: int, pushes: int, *, first: bool) -> 
 
 def run_roles(ctx: Context, flat: FlatModel, data) -> Worker | None:
     """Servers and workers over ctx's windows, from the start barrier to the end one
-    (GSSP's group servers make the same collectives in gssp.run_group_server)."""
+    (group servers make the same collectives in levels.run_group_server)."""
     body = start_role(ctx, flat, data)
     ctx.comm.Barrier()  # parameters in place and every role ready: the clock starts
     # (a resumed job's clock goes on from the checkpoint's training time)

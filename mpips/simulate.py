@@ -1,6 +1,6 @@
 """`mpips simulate`: every role of a job in one process, in virtual time.
 
-The roles are the MPI job's own (runtime.start_role, gssp's levels, the
+The roles are the MPI job's own (runtime.start_role, levels.py's two levels of servers, the
 paradigms, the budget, the device-time emulation), each a task of a
 deterministic scheduler (mpips/scheduler.py) over the in-process transport
 (mpips/inprocess.py) instead of MPI windows. Gradients are really computed;
@@ -27,9 +27,9 @@ from .config import Config, ConfigError
 from .context import Context
 from .data import WorkerShard
 from .flatmodel import FlatModel
-from .gssp import decide_groups, global_level, group_level, group_server, profile, start_group_server
+from .levels import decide_groups, global_level, group_level, group_server, profile, start_group_server
 from .inprocess import LocalControlTable, LocalParameterStore, Network, SharedParameters
-from .layout import GROUP_SERVER, SERVER, WORKER, make_layout
+from .layout import GROUP_SERVER, SERVER, WORKER, make_layout, ranks_for
 from .log import RankLog, rank_file
 from .paradigms import make_paradigm
 from .runtime import TrainingFailed, announce, default_run_dir, judge_training, prepare, sized, start_role
@@ -57,8 +57,7 @@ def simulate(config: Config) -> str:
     """Run the job `config` describes in virtual time; returns the run directory."""
     config = simulated_config(config)
     torch.set_num_threads(config.torch_threads)
-    group_servers = config.groups if config.paradigm == "gssp" else 0
-    size = config.servers + group_servers + config.workers + (1 if config.evaluator else 0)
+    size = ranks_for(config)
     layout = make_layout(config, size)
     config.run_dir = config.run_dir or default_run_dir(config)
     data, model, paradigm, ipe = prepare(config, layout, config.run_dir, first=True)
@@ -94,8 +93,8 @@ def simulate(config: Config) -> str:
              sim_bandwidth=network.bandwidth)
     contexts[0].checkpointer.begin(contexts[0])
     try:
-        if group_servers:
-            bodies = _gssp_roles(scheduler, network, contexts, flats, data)
+        if layout.group_servers:
+            bodies = _two_level_roles(scheduler, network, contexts, flats, data)
         else:
             bodies = [start_role(ctx, flat, data) for ctx, flat in zip(contexts, flats)]
         tasks = [scheduler.spawn(ctx.name, body) for ctx, body in zip(contexts, bodies)]
@@ -111,8 +110,8 @@ def simulate(config: Config) -> str:
     return config.run_dir
 
 
-def _gssp_roles(scheduler: Scheduler, network: Network, contexts: list[Context], flats, data) -> list:
-    """GSSP's levels (mpips/gssp.py run_gssp, over in-process state): the
+def _two_level_roles(scheduler: Scheduler, network: Network, contexts: list[Context], flats, data) -> list:
+    """Two levels of servers (mpips/levels.py run_two_levels, over in-process state): the
     workers profile in virtual time, the clock starts after, as in a job."""
     layout, cfg = contexts[0].layout, contexts[0].config
     times = np.full(layout.workers, np.nan)

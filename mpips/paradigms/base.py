@@ -170,6 +170,17 @@ class Paradigm:
         """Samples in this worker's next batch."""
         return self.config.batch_size
 
+    @classmethod
+    def group_servers(cls, config) -> int:
+        """Ranks of a second level of servers this paradigm runs on (one per
+        group; mpips/levels.py runs them): none unless it says so."""
+        return 0
+
+    @property
+    def round_setting(self) -> str:
+        """The setting that sizes `round_samples` (named by errors)."""
+        return "batch_size"
+
     def round_samples(self) -> int:
         """Samples of one round of every worker's batch (the unit in which a
         global budget counts rounds)."""

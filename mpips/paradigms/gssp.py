@@ -1,6 +1,6 @@
 """GSSP, grouping SSP with GDTopK (IEEE TCC 2022): the decisions.
 
-Workers of similar speed form groups, each with a group server (mpips/gssp.py
+Workers of similar speed form groups, each with a group server (mpips/levels.py
 sets up the two levels of servers). A worker sees only its own group's
 control table, in which the workers of other groups read as done with clock 0
 (the rule by which finished workers never block), so the plain SSP gate with
@@ -23,6 +23,10 @@ SLOT_SPEED_RANK = SLOT_EXTRA0   # in a group's control table: that group's speed
 
 class GSSP(Paradigm):
     name = "gssp"
+
+    @classmethod
+    def group_servers(cls, config) -> int:
+        return config.groups
 
     def __init__(self, config, num_workers):
         super().__init__(config, num_workers)

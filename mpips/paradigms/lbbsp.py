@@ -108,6 +108,10 @@ class LBBSP(BSP):
     def round_samples(self):
         return self.total
 
+    @property
+    def round_setting(self):
+        return "global_batch" if self.config.global_batch else "batch_size"
+
     def iterations_per_epoch(self, num_train):
         return max(1, num_train // self.total)
 

@@ -95,3 +95,19 @@ def test_paradigms_import_neither_mpi4py_nor_torch():
 
 def test_import_mpips_imports_no_mpi4py_torch_or_h5py():
     assert _loaded_after("import mpips; mpips.register_paradigm; mpips.Config()") == []
+
+
+def test_no_paradigm_is_named_by_the_runtime_the_layout_or_the_job_scripts():
+    """Paradigms decide through their interface (a second level of servers:
+    `Paradigm.group_servers`); the code that runs a job names none of them."""
+    import re
+    from pathlib import Path
+
+    from mpips.paradigms import BUILT_IN
+
+    root = Path(__file__).resolve().parents[2]
+    names = re.compile(r"\b(" + "|".join(BUILT_IN) + r"|sync-switch|lb-bsp)\b", re.IGNORECASE)
+    for path in ("mpips/runtime.py", "mpips/layout.py", "mpips/simulate.py", "jobs/common.sh"):
+        found = [f"{path}:{n}: {line.strip()}" for n, line in
+                 enumerate((root / path).read_text().splitlines(), 1) if names.search(line)]
+        assert not found, "\n".join(found)

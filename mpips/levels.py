@@ -1,4 +1,4 @@
-"""GSSP's two levels of servers: profile, group, and give every rank its level.
+"""Two levels of servers (GSSP's): profile, group, and give every rank its level.
 
 World = S global servers + G group servers + W workers (mpips/layout.py).
 
@@ -40,7 +40,7 @@ from .windows import ControlTable, ParameterStore
 from .worker import Worker
 
 
-def run_gssp(ctx: Context, flat: FlatModel, data):
+def run_two_levels(ctx: Context, flat: FlatModel, data):
     """Every role of a GSSP job; `ctx` is the global level. Returns what
     runtime.run_roles does (a worker: its Worker)."""
     from .runtime import run_roles  # runtime imports this module
