@@ -55,6 +55,23 @@ def simulate(args: list[str], timeout: float = 600) -> None:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout[-4000:]}")
 
 
+def launched(run: str, now: bool, job) -> tuple[float, float]:
+    """Seconds the job of `run` took and the load average after it: run it
+    now, or as recorded when it ran (--reuse)."""
+    if now:
+        t = time.time()
+        job()
+        got = time.time() - t, os.getloadavg()[0]
+        with open(run + ".seconds", "w") as fh:
+            fh.write(f"{got[0]} {got[1]}\n")
+        return got
+    if os.path.exists(run + ".seconds"):
+        with open(run + ".seconds") as fh:
+            seconds, load = fh.read().split()
+            return float(seconds), float(load)
+    return 0.0, float("nan")
+
+
 def finished(run: str) -> bool:
     return os.path.exists(os.path.join(run, "run.h5")) and RunLog(run).status == "finished"
 
@@ -121,6 +138,9 @@ def main() -> None:
     p.add_argument("--device-time", default="20ms")
     p.add_argument("--epochs-scale", type=float, default=1.0, help="multiply EPOCHS (smoke tests)")
     p.add_argument("--keep", default="", help="keep the run logs in this directory")
+    p.add_argument("--only", choices=("mpi", "sim"), default="",
+                   help="with --keep: run only these (simulations are deterministic, so they can be run "
+                        "ahead, apart from the MPI jobs that need an idle machine), and tabulate nothing")
     p.add_argument("--reuse", action="store_true", help="with --keep: tabulate the logs already there "
                    "(finished runs are not run again)")
     args = p.parse_args()
@@ -137,17 +157,16 @@ def main() -> None:
                 flags = ["--paradigm", paradigm, "--device-time", args.device_time, "--slowdown", args.slowdown,
                          "--epochs", f"{epochs:g}", "--evaluator", "--seed", str(seed)]
                 mpi_run, sim_run = (os.path.join(where, f"{kind}-{paradigm}-{seed}") for kind in ("mpi", "sim"))
-                t = time.time()
-                if not (args.reuse and finished(mpi_run)):
-                    mpiexec(ranks(paradigm), ["-m", "mpips", "train", "--run-dir", mpi_run, *flags])
-                mpi_job = time.time() - t
-                t = time.time()
-                if not (args.reuse and finished(sim_run)):
-                    simulate(["--run-dir", sim_run, *flags])
-                sim_job = time.time() - t
+                (mpi_job, load), (sim_job, _) = launched(mpi_run, args.only != "sim" and not (args.reuse and finished(mpi_run)),
+                                   lambda: mpiexec(ranks(paradigm), ["-m", "mpips", "train", "--run-dir", mpi_run,
+                                                                     *flags])), launched(sim_run, args.only != "mpi" and not (args.reuse and finished(sim_run)),
+                                   lambda: simulate(["--run-dir", sim_run, *flags]))
+                if args.only:
+                    print(f"{paradigm} seed {seed}: {args.only} done in {mpi_job + sim_job:.0f}s", flush=True)
+                    continue
                 r = {"paradigm": paradigm, "seed": seed, "epochs": epochs, "ranks": ranks(paradigm),
                      "mpi": measure(mpi_run), "sim": measure(sim_run),
-                     "mpi_job_seconds": mpi_job, "sim_job_seconds": sim_job, "load_average": os.getloadavg()[0]}
+                     "mpi_job_seconds": mpi_job, "sim_job_seconds": sim_job, "load_average": load}
                 r.update(compare(r["mpi"], r["sim"], factors))
                 runs.append(r)
                 print(f"{paradigm:10s} seed {seed}: iterations mpi {r['mpi']['iterations']} sim "
@@ -158,6 +177,9 @@ def main() -> None:
                       f"{r['sim']['final_accuracy']:.4f}; jobs {mpi_job:.0f}s + {sim_job:.0f}s, "
                       f"load {r['load_average']:.1f}", flush=True)
     total = time.time() - began
+    jobs = sum(r["mpi_job_seconds"] + r["sim_job_seconds"] for r in runs)
+    if args.only:
+        return
     summary, rows, parts_rows, every = [], [], [], []
     for paradigm in paradigms:
         mine = [r for r in runs if r["paradigm"] == paradigm]
@@ -201,7 +223,9 @@ def main() -> None:
           f"model at its defaults: 20 us + bytes / 10 GB/s per pull or push; control table and applies free). "
           f"Bounds: every worker's iteration count within {ITER_BOUND:.0%} in every run; MPI wall_seconds over "
           f"simulated (virtual) wall_seconds within {TIME_BOUND:.0%} in every run; final accuracy within "
-          f"{ACC_BOUND} points, mean over seeds. Took {total / 60:.1f} min.\n\n"
+          f"{ACC_BOUND} points, mean over seeds. The jobs took {jobs / 60:.1f} min "
+          f"(MPI {sum(r['mpi_job_seconds'] for r in runs) / 60:.1f}, simulations "
+          f"{sum(r['sim_job_seconds'] for r in runs) / 60:.1f}), this tabulation {total / 60:.1f} min.\n\n"
           + table(["paradigm", "epochs", "iter dev % (mean)", "iter dev % (max)", "iterations",
                    "by factor: dev % (max)",
                    "time MPI/sim (mean)", "time range", "time", "acc MPI %", "acc sim %", "acc diff (points)",
@@ -212,14 +236,14 @@ def main() -> None:
                    "tail s"], parts_rows)
           + "\n\nEvery run (iterations per worker 0-7):\n\n"
           + table(["paradigm", "seed", "MPI iterations", "sim iterations", "max dev %", "MPI s", "sim s",
-                   "ratio", "MPI acc %", "sim acc %", "MPI overruns", "load", "decisions MPI / sim"], every)
+                   "ratio", "MPI acc %", "sim acc %", "MPI overruns", "load after MPI", "decisions MPI / sim"], every)
           + "\n\n`iter dev`: max over workers of |MPI - sim| / sim iterations; `by factor`: the same over "
             "the sums of the workers of one slowdown factor. Decisions: GSSP's groups, DSSP's controller "
             "(credits r* granted, per worker).")
     write_results("sim_vs_mpi", {"device_time": args.device_time, "slowdown": args.slowdown, "seeds": seeds,
                                  "bounds": {"iterations": ITER_BOUND, "time": TIME_BOUND,
                                             "accuracy_points": ACC_BOUND},
-                                 "total_seconds": total, "summary": summary, "runs": runs}, md)
+                                 "total_seconds": total, "job_seconds": jobs, "summary": summary, "runs": runs}, md)
 
 
 if __name__ == "__main__":
