@@ -225,7 +225,7 @@ def main() -> None:
           f"simulated (virtual) wall_seconds within {TIME_BOUND:.0%} in every run; final accuracy within "
           f"{ACC_BOUND} points, mean over seeds. The jobs took {jobs / 60:.1f} min "
           f"(MPI {sum(r['mpi_job_seconds'] for r in runs) / 60:.1f}, simulations "
-          f"{sum(r['sim_job_seconds'] for r in runs) / 60:.1f}), this tabulation {total / 60:.1f} min.\n\n"
+          f"{sum(r['sim_job_seconds'] for r in runs) / 60:.1f}), this invocation {total / 60:.1f} min.\n\n"
           + table(["paradigm", "epochs", "iter dev % (mean)", "iter dev % (max)", "iterations",
                    "by factor: dev % (max)",
                    "time MPI/sim (mean)", "time range", "time", "acc MPI %", "acc sim %", "acc diff (points)",
