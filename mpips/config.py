@@ -121,6 +121,8 @@ class Config:
                               "(a + c*b**p seconds); the worker sleeps out what compute leaves")
     sim_latency: float = _f(20e-6, "simulate: seconds of one pull or push message (latency of the modelled network)")
     sim_bandwidth: float = _f(10e9, "simulate: bytes/s of a pull or push (the modelled network)")
+    sim_jitter: float = _f(2e-4, "simulate: mean of a seeded random extra delay of each pull or push "
+                                 "(exponential; 0 = none, equally fast workers then move in lockstep)")
     # runtime -----------------------------------------------------------------
     run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
     eval_every: float = _f(1.0, "evaluate every this many epochs of updates")
@@ -186,6 +188,8 @@ class Config:
             raise ConfigError("stall_timeout", self.stall_timeout, f"must be a number >= {MIN_STALL_TIMEOUT:g} (seconds)")
         _positive(self, "lr_step_every")
         _positive(self, "sim_bandwidth")
+        if self.sim_jitter < 0:
+            raise ConfigError("sim_jitter", self.sim_jitter, "must be >= 0 (seconds)")
         if self.sim_latency < 0:
             raise ConfigError("sim_latency", self.sim_latency, "must be >= 0 (seconds)")
         _positive(self, "straggler_factor")

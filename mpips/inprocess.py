@@ -10,8 +10,9 @@ object), and every write tells the scheduler that the shared state changed.
 Costs (the `Network` model, documented in docs/simulator.md): a pull or a
 push takes latency + bytes / bandwidth of virtual time, its data read or
 written at the end of it (a pull sees the parameters as they are when it
-completes); the shards of several servers move in parallel. Control-table
-operations (a few hundred bytes) and a server's apply take no virtual time.
+completes), plus a seeded random delay of mean `--sim-jitter`; the shards
+of several servers move in parallel. Control-table operations (a few
+hundred bytes) and a server's apply take no virtual time.
 """
 from __future__ import annotations
 
@@ -23,13 +24,26 @@ from .scheduler import Scheduler
 from .state import SlotRows, TableLayout, shard_bounds, sum_slots
 
 
-@dataclass(frozen=True)
+@dataclass
 class Network:
+    """latency + bytes / bandwidth per pull or push, plus a seeded random
+    delay of mean `jitter` (exponential): real transfers and the work around
+    them (notifying, a server's apply) vary, and without it equally fast
+    workers would push at the same instant in every round, which no cluster
+    does (a server would then sum their pushes as one step:
+    benchmarks/results/sim_vs_mpi.md)."""
+
     latency: float = 20e-6      # s per message
     bandwidth: float = 10e9     # bytes/s
+    jitter: float = 0.0         # s, mean of the random extra delay
+    seed: int = 0
+
+    def __post_init__(self):
+        self._rng = np.random.default_rng([self.seed % (1 << 64), 0x7177E5])
 
     def seconds(self, nbytes: int) -> float:
-        return self.latency + nbytes / self.bandwidth
+        extra = self._rng.exponential(self.jitter) if self.jitter else 0.0
+        return self.latency + nbytes / self.bandwidth + extra
 
 
 class SharedParameters:

@@ -6,7 +6,8 @@ deterministic scheduler (mpips/scheduler.py) over the in-process transport
 (mpips/inprocess.py) instead of MPI windows. Gradients are really computed;
 an iteration's compute takes the device-time model's virtual time
 (`--device-time`, 20ms unless given; slowdowns and stragglers as under MPI),
-pulls and pushes the network model's (`--sim-latency`, `--sim-bandwidth`).
+pulls and pushes the network model's (`--sim-latency`, `--sim-bandwidth`,
+`--sim-jitter`).
 The run log is the MPI job's (same files and schema, times virtual), so
 `mpips info` and analysis/ read it unchanged. A run is bit-reproducible: the
 same configuration and seed give the same parameters and the same log.
@@ -63,7 +64,7 @@ def simulate(config: Config) -> str:
     data, model, paradigm, ipe = prepare(config, layout, config.run_dir, first=True)
     iterations, ipe, total_samples = sized(config, paradigm, len(data.y_train), ipe)
     scheduler = Scheduler()
-    network = Network(config.sim_latency, config.sim_bandwidth)
+    network = Network(config.sim_latency, config.sim_bandwidth, config.sim_jitter, config.seed)
     n = FlatModel(model).n
     sparse = config.compressor != "none"
     shared = SharedParameters(n, layout.servers, range(layout.clients))
@@ -90,7 +91,7 @@ def simulate(config: Config) -> str:
             clock=scheduler.clock))
         flats.append(FlatModel(copy.deepcopy(model)))
     announce(contexts[0], size, versions(), transport="simulated", sim_latency=network.latency,
-             sim_bandwidth=network.bandwidth)
+             sim_bandwidth=network.bandwidth, sim_jitter=network.jitter)
     contexts[0].checkpointer.begin(contexts[0])
     try:
         if layout.group_servers:
