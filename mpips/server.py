@@ -112,7 +112,7 @@ class Server:
         self.rejected = rejected
         ctx.store.take_gradient(self.grad, target, self.consumed)
         lr, momentum = ctx.paradigm.server_step(self.opt.scheduled_lr(ctx.epochs_of(self.pushes)),
-                                                ctx.config.momentum, view, pushes=max(1, new - fresh_rejected))
+                                                ctx.config.momentum, view)
         self.opt.set_momentum(momentum)
         # Announce the step before it writes the parameters in place: a worker
         # measuring ||w_now - w_read|| waits for it so that the path length

@@ -217,21 +217,20 @@ class SyncSwitch(Paradigm):
         after = bool((view.clocks > view.mode_clock).any())
         return view.mode if after else 1 - view.mode
 
-    def server_step(self, lr, momentum, view, pushes: int = 1):
+    def server_step(self, lr, momentum, view):
         self._observe(view)
         if view.mode_clock == DECIDING or self._step_mode(view) == MODE_BSP:
             return lr, momentum
         start = view.mode_clock if view.mode == MODE_ASP else self.asp_from
-        applied = int(np.maximum(view.applied - start, 0).sum())
-        m = momentum_after_switch(momentum, self.num_workers, applied, self.config.momentum_ramp,
-                                  self._asp_momentum(momentum, pushes))
+        pushes = int(np.maximum(view.applied - start, 0).sum())
+        m = momentum_after_switch(momentum, self.num_workers, pushes, self.config.momentum_ramp,
+                                  self._asp_momentum(momentum))
         # compensated: the same long-run step lr/(1-m) as BSP's all along the ramp
         return compensated_step(lr, momentum, m) if self.compensates else (lr, m)
 
-    def _asp_momentum(self, momentum: float, pushes: int = 1) -> float:
-        """Where the ramp ends: ASP's compensated momentum for a step of
-        `pushes` (Paradigm.server_step), or m."""
-        return compensated_momentum(momentum, self.num_workers, pushes) if self.compensates else momentum
+    def _asp_momentum(self, momentum: float) -> float:
+        """Where the ramp ends: ASP's compensated momentum (Paradigm.server_step), or m."""
+        return compensated_momentum(momentum, self.num_workers) if self.compensates else momentum
 
     def synchronous(self, view):
         k = view.mode_clock
