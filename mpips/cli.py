@@ -156,7 +156,7 @@ def cmd_simulate(args) -> int:
 def cmd_ranks(args) -> int:
     from .layout import ranks_for
 
-    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "config", "plugin")}
+    overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
     try:
         print(ranks_for(load(getattr(args, "config", None), overrides)))
     except ConfigError as e:

@@ -62,6 +62,14 @@ def _lines(p: subprocess.Popen) -> list[str]:
     return lines
 
 
+def _output(p: subprocess.Popen, lines: list[str]) -> str:
+    """The job's whole output, once it ended (killed if a check failed first)."""
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    time.sleep(0.2)   # the reader thread takes the last lines
+    return "".join(lines).replace("\x00", "")
+
+
 def _wait_for(condition, what: str, timeout: float = 120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -84,10 +92,7 @@ def test_usr1_during_start_up_checkpoints_exits_3_and_resumes(tmp_path):
         os.kill(p.pid, signal.SIGUSR1)   # as Slurm does: to mpirun, which passes it to every rank
         p.wait(timeout=200)
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    time.sleep(0.2)
-    out = "".join(lines).replace("\x00", "")
+        out = _output(p, lines)
     assert p.returncode == 3, out[-3000:]
     assert "checkpoint 1 (preemption)" in out and "preempted: exiting with status 3" in out
     assert len(checkpoint_files(str(run))) == 1
@@ -116,10 +121,7 @@ def test_a_stopped_server_is_named_and_the_job_goes_on_when_it_continues(tmp_pat
             os.kill(server, signal.SIGCONT)
         p.wait(timeout=200)
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    time.sleep(0.2)
-    out = "".join(lines).replace("\x00", "")
+        out = _output(p, lines)
     assert p.returncode == 0, out[-3000:]
     warnings = [line for line in out.splitlines() if ": waiting " in line and "gate at clock" in line]
     assert warnings, out[-3000:]
@@ -143,10 +145,7 @@ def test_a_killed_rank_ends_the_job_and_its_log_says_incomplete(tmp_path, victim
         p.wait(timeout=100)
         assert time.monotonic() - start < 60   # ended, not left waiting for the stall timeout
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    time.sleep(0.2)
-    out = "".join(lines).replace("\x00", "")
+        out = _output(p, lines)
     assert p.returncode != 0
     assert "signal 9" in out or "killed" in out.lower(), out[-3000:]
     s = json.loads(_info(str(tmp_path / "run"), "--json").stdout)
