@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 from common import mpiexec, table, write_results
 
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 
 WORKERS = 8
 SETUPS = [("bsp", "whole-rounds"), ("asp", "compensated"), ("asp", "as-set"), ("ssp", "compensated"),

@@ -21,7 +21,7 @@ RESULTS = os.path.join(HERE, "results")
 # Run from a checkout without `make install` too: mpips is found beside benchmarks/
 # (last, so PYTHONPATH can point a run at another copy of mpips to compare).
 sys.path.append(os.path.dirname(HERE))
-from mpips.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
+from mpips.experiments.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
 
 
 def stats(seconds) -> dict:

@@ -30,7 +30,7 @@ AHEAD = 20
 
 def _set_clocks(control, clocks) -> None:
     """Worker rows and server 0's applied counts, as if every push were applied."""
-    from mpips.state import S, W
+    from mpips.runtime.state import S, W
 
     for j, c in enumerate(clocks):
         control.write(control.worker_offset(j, W.CLOCK), [c])
@@ -68,7 +68,7 @@ def inner(path: str) -> None:
 
     from mpips.config import Config
     from mpips.paradigms import available, make_paradigm
-    from mpips.windows import ControlTable
+    from mpips.runtime.mpi_transport import ControlTable
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

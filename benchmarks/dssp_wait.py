@@ -20,7 +20,7 @@ import numpy as np
 
 from common import HERE, mpiexec, table, write_results
 
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 
 FAST = (0, 1)
 CLUSTER = ["--servers", "1", "--slowdown", "1,1,2,4"]

@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import mpiexec, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 
-from mpips.log import RunLog  # noqa: E402
+from mpips.io.log import RunLog  # noqa: E402
 
 GOAL = 0.05
 COMMON = ["--paradigm", "bsp", "--device-time", "20ms", "--iterations", "100"]

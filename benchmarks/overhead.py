@@ -49,8 +49,8 @@ def plain_loop(iterations: int, batch: int) -> dict:
     import torch
 
     from mpips.config import Config
-    from mpips.data import WorkerShard, load_dataset
-    from mpips.models import build_model
+    from mpips.training.data import WorkerShard, load_dataset
+    from mpips.training.models import build_model
 
     cfg = Config(paradigm="bsp", model=MODEL, seed=SEED, batch_size=batch)
     torch.set_num_threads(cfg.torch_threads)
@@ -81,7 +81,7 @@ def plain_loop(iterations: int, batch: int) -> dict:
 
 def mpips_job(run_dir: str, batch: int) -> dict:
     """A 1 server + 1 worker BSP job; per-iteration times from its log."""
-    from mpips.log import RunLog
+    from mpips.io.log import RunLog
 
     mpiexec(2, ["-m", "mpips", "train", "--paradigm", "bsp", "--model", MODEL, "--batch-size", str(batch),
                 "--epochs", str(BATCHES[batch]), "--seed", str(SEED), "--eval-every", "1000",
@@ -112,9 +112,9 @@ def time_tick_and_log(path: str) -> None:
     from mpi4py import MPI
 
     from mpips.config import Config
-    from mpips.log import ITERATION, RankLog
-    from mpips.state import W
-    from mpips.windows import ControlTable
+    from mpips.io.log import ITERATION, RankLog
+    from mpips.runtime.state import W
+    from mpips.runtime.mpi_transport import ControlTable
 
     comm = MPI.COMM_WORLD
     control = ControlTable(comm, 0, 1, 1)

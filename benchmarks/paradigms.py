@@ -23,7 +23,7 @@ from common import RESULTS, mpiexec, write_results
 from analysis.plot import plot_runs
 from analysis.summarize import mean_rows, render_markdown, rows, write_csv
 from mpips.config import Config
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 from mpips.paradigms import available
 
 SERVERS, WORKERS = 1, 4
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--eval-every", type=float, default=0.25, help="epochs between evaluations")
     p.add_argument("--device-time", default="20ms", help="emulated device time of an iteration "
-                   "(mpips/hetero.py): the cluster, not this machine's contention, sets the times")
+                   "(mpips/experiments/emulation.py): the cluster, not this machine's contention, sets the times")
     p.add_argument("--target", type=float, default=0.9, help="accuracy of the time-to-target column")
     p.add_argument("--runs", default="runs/compare", help="where the run directories go")
     p.add_argument("--name", default="paradigms", help="results/<name>.md|json and results/<name>/")

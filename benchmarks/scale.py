@@ -81,7 +81,7 @@ def inner(paradigm: str, workers: int, run_dir: str, seed: int) -> dict:
     import io
 
     from mpips.config import load
-    from mpips.simulate import simulate
+    from mpips.runtime.simulate import simulate
 
     shutil.rmtree(run_dir, ignore_errors=True)
     cfg = load(None, overrides(paradigm, workers, run_dir, seed))
@@ -118,7 +118,7 @@ def run(paradigm: str, workers: int, seed: int, keep: bool) -> dict:
 
 
 def read(run_dir: str, workers: int) -> dict:
-    from mpips.log import RunLog
+    from mpips.io.log import RunLog
 
     log = RunLog(run_dir)
     s = log.summary()

@@ -31,7 +31,7 @@ import time
 import numpy as np
 from common import mpiexec, table, write_results
 
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 
 WORKERS = 8
 PARADIGMS = ["bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd"]
@@ -44,7 +44,7 @@ PARTS = ("wait", "pull", "compute", "push")
 
 
 def ranks(paradigm: str) -> int:
-    """World size: server, GSSP's group servers (default --groups 2, mpips/layout.py), workers, evaluator."""
+    """World size: server, GSSP's group servers (default --groups 2, mpips/runtime/layout.py), workers, evaluator."""
     return 1 + (2 if paradigm == "gssp" else 0) + WORKERS + 1
 
 
@@ -94,7 +94,7 @@ def events(log: RunLog) -> dict:
     """The decisions that tie-breaks between equally fast workers can change:
     GSSP's groups, DSSP's controller answers."""
     out = {}
-    groups = log.events("gssp_groups")
+    groups = log.events("groups")
     if groups:
         out["gssp_groups"] = groups[0]["groups"]
     calls = log.events("dssp_controller")

@@ -57,19 +57,19 @@ def config_overrides(paradigm: str, workers: int, iterations: int, groups: int, 
 
 def measure(overrides: dict, profile_path: str | None) -> dict:
     """One simulated job in this process, timed by parts (see the module doc)."""
-    import mpips.optim
-    import mpips.scheduler
-    import mpips.simulate
-    import mpips.worker
+    import mpips.training.optim
+    import mpips.runtime.scheduler
+    import mpips.runtime.simulate
+    import mpips.runtime.worker
     from mpips.config import load
-    from mpips.log import RunLog
+    from mpips.io.log import RunLog
 
 
     acc = {"compute_wall": 0.0, "compute_cpu": 0.0, "compute_calls": 0, "opt_wall": 0.0, "opt_calls": 0,
            "run_wall": 0.0, "run_cpu": 0.0, "run_calls": 0, "switches": 0, "first_run_at": None}
     schedulers = []
 
-    compute = mpips.worker.Worker.compute_gradient
+    compute = mpips.runtime.worker.Worker.compute_gradient
 
     def timed_compute(self, x, y):
         w, c = time.perf_counter(), time.process_time()
@@ -79,7 +79,7 @@ def measure(overrides: dict, profile_path: str | None) -> dict:
         acc["compute_calls"] += 1
         return out
 
-    step = mpips.optim.ServerOptimizer.step
+    step = mpips.training.optim.ServerOptimizer.step
 
     def timed_step(self, *a, **k):
         w = time.perf_counter()
@@ -88,7 +88,7 @@ def measure(overrides: dict, profile_path: str | None) -> dict:
         acc["opt_calls"] += 1
         return out
 
-    run = mpips.scheduler.Scheduler.run
+    run = mpips.runtime.scheduler.Scheduler.run
 
     def timed_run(self):
         if acc["first_run_at"] is None:
@@ -104,9 +104,9 @@ def measure(overrides: dict, profile_path: str | None) -> dict:
             if self not in schedulers:
                 schedulers.append(self)
 
-    mpips.worker.Worker.compute_gradient = timed_compute
-    mpips.optim.ServerOptimizer.step = timed_step
-    mpips.scheduler.Scheduler.run = timed_run
+    mpips.runtime.worker.Worker.compute_gradient = timed_compute
+    mpips.training.optim.ServerOptimizer.step = timed_step
+    mpips.runtime.scheduler.Scheduler.run = timed_run
 
     cfg = load(None, overrides)
     shutil.rmtree(cfg.run_dir, ignore_errors=True)
@@ -114,7 +114,7 @@ def measure(overrides: dict, profile_path: str | None) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
-    mpips.simulate.simulate(cfg)
+    mpips.runtime.simulate.simulate(cfg)
     if profiler:
         profiler.disable()
     total_wall, total_cpu = time.perf_counter() - t0, time.process_time() - c0

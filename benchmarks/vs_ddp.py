@@ -77,8 +77,8 @@ def ddp_inner(path: str, slowdown: str) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from mpips.config import Config
-    from mpips.data import WorkerShard, iterations_per_epoch, load_dataset
-    from mpips.models import build_model
+    from mpips.training.data import WorkerShard, iterations_per_epoch, load_dataset
+    from mpips.training.models import build_model
 
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
@@ -144,7 +144,7 @@ def ddp(slowdown: str) -> dict:
 def ranks_for(paradigm: str) -> int:
     """World size that gives `paradigm` WORKERS workers (servers and any group servers first)."""
     from mpips.config import Config
-    from mpips.layout import make_layout
+    from mpips.runtime.layout import make_layout
 
     cfg = Config(paradigm=paradigm)
     for n in range(WORKERS + 1, WORKERS + 16):
@@ -157,7 +157,7 @@ def ranks_for(paradigm: str) -> int:
 
 
 def mpips_run(paradigm: str, slowdown: str, run_dir: str) -> dict:
-    from mpips.log import RunLog
+    from mpips.io.log import RunLog
 
     flags = ["-m", "mpips", "train", "--paradigm", paradigm, "--model", MODEL, "--epochs", str(EPOCHS),
              "--seed", str(SEED), "--run-dir", run_dir]

@@ -35,7 +35,7 @@ COMMON = ["--paradigm", "vsgd", "--value-measure", "exact", "--epochs", "10",
 
 def compare(it: np.ndarray, rule: str, lam: float) -> dict:
     """Bound against exact over the pushes of one run's iterations table."""
-    from mpips.vsgd import lr_scale
+    from mpips.paradigms.value_staleness import lr_scale
 
     exact = it["value_staleness"].astype(np.float64)
     bound = it["value_staleness_bound"].astype(np.float64)
@@ -70,7 +70,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0,1", help="comma-separated seeds")
     args = p.parse_args()
-    from mpips.log import RunLog
+    from mpips.io.log import RunLog
 
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

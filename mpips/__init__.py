@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 from .config import Config, ConfigError, load  # noqa: E402
 from .paradigms import Paradigm, register_paradigm, unregister_paradigm  # noqa: E402
 
-_LAZY = {"RunLog": ("log", "RunLog"), "train": ("api", "train"), "TrainingFailed": ("runtime", "TrainingFailed"),
-         "SetupError": ("runtime", "SetupError")}
+_LAZY = {"RunLog": ("io.log", "RunLog"), "train": ("api", "train"), "TrainingFailed": ("runtime.job", "TrainingFailed"),
+         "SetupError": ("runtime.job", "SetupError")}
 
 
 def __getattr__(name):

@@ -32,14 +32,14 @@ def abort_job(comm, e: BaseException) -> None:
 
 
 def as_dataset(dataset: Any):
-    """A user's dataset as mpips.data.Dataset: a data.Dataset; a tuple
+    """A user's dataset as mpips.training.data.Dataset: a data.Dataset; a tuple
     (x_train, y_train, x_test, y_test) of tensors or arrays; or a pair
     (train, test) of torch Datasets yielding (x, y) (read into memory once:
     every rank holds the whole training set). Labels are class indices."""
     import numpy as np
     import torch
 
-    from .data import Dataset
+    from .training.data import Dataset
 
     if dataset is None or isinstance(dataset, Dataset):
         return dataset
@@ -79,7 +79,7 @@ def as_dataset(dataset: Any):
 
 def describe_objects(model, dataset, loss) -> dict[str, str]:
     """A run's user objects in words, for run.h5 (RunLog.user_objects)."""
-    from .models import model_label
+    from .training.models import model_label
 
     out = {}
     if model is not None:
@@ -106,7 +106,7 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
     configuration's `dataset`. `loss`: `loss(output, target)`, a mean over
     the batch; default cross-entropy. Raises ConfigError or SetupError (the
     same on every rank) for bad input; any other failure aborts the job."""
-    from . import preemption
+    from .runtime import preemption
 
     preemption.remember()
     from mpi4py import MPI
@@ -118,10 +118,10 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
         config = load(config, overrides)
     dataset = as_dataset(dataset)
 
-    from .checkpointer import Preempted
-    from .log import RunLog, set_user_objects
-    from .runtime import SetupError, TrainingFailed
-    from .runtime import train as run
+    from .runtime.checkpointer import Preempted
+    from .io.log import RunLog, set_user_objects
+    from .runtime.job import SetupError, TrainingFailed
+    from .runtime.job import train as run
 
     try:
         run_dir = run(config, comm, model=model, dataset=dataset, loss=loss)

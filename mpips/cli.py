@@ -14,7 +14,8 @@ import os
 import sys
 import traceback
 
-from . import preemption, syncswitch_search
+from .runtime import preemption
+from .experiments import syncswitch_search
 from .api import abort_job
 from .config import Config, ConfigError, load
 
@@ -45,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
                                 description="PyTorch training on an MPI parameter server.")
     sub = p.add_subparsers(dest="command", required=True)
     _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
-    _train_parser(sub, "simulate", "run the same job in one process in virtual time (mpips/simulate.py): "
+    _train_parser(sub, "simulate", "run the same job in one process in virtual time (mpips/runtime/simulate.py): "
                                    "--workers N, --device-time (default 20ms), --sim-latency, --sim-bandwidth")
     _train_parser(sub, "ranks", "print the number of ranks a job of these settings (with --workers N) "
                                 "needs: servers + group servers + workers + evaluator (jobs/common.sh)")
@@ -118,8 +119,8 @@ def cmd_train(args) -> int:
     except ConfigError as e:
         return _fail(str(e)) if comm.Get_rank() == 0 else 2
 
-    from .checkpointer import PREEMPTED_EXIT, Preempted
-    from .runtime import SetupError, TrainingFailed, train
+    from .runtime.checkpointer import PREEMPTED_EXIT, Preempted
+    from .runtime.job import SetupError, TrainingFailed, train
 
     try:
         train(config, comm)
@@ -136,11 +137,11 @@ def cmd_train(args) -> int:
 
 def cmd_simulate(args) -> int:
     overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
-    from .data import DataError
-    from .runtime import TrainingFailed
-    from .scheduler import TaskFailed
-    from .simulate import simulate
-    from .wait import StallError
+    from .training.data import DataError
+    from .runtime.job import TrainingFailed
+    from .runtime.scheduler import TaskFailed
+    from .runtime.simulate import simulate
+    from .runtime.wait import StallError
 
     try:
         simulate(load(getattr(args, "config", None), overrides))
@@ -154,7 +155,7 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_ranks(args) -> int:
-    from .layout import ranks_for
+    from .runtime.layout import ranks_for
 
     overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
     try:
@@ -165,7 +166,7 @@ def cmd_ranks(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from .log import RunLog
+    from .io.log import RunLog
 
     try:
         log = RunLog(args.run_dir)

@@ -220,7 +220,7 @@ class Config:
     def check_workers(self, workers: int | None) -> None:
         """The settings that name workers or depend on their number, parsed as
         the workers will; `workers` None: the syntax only (before the layout)."""
-        from .hetero import parse_random_stragglers, parse_stragglers
+        from .experiments.emulation import parse_random_stragglers, parse_stragglers
 
         factors = self.slowdown_factors()
         if workers is not None and factors and len(factors) != workers:
@@ -250,8 +250,8 @@ class Config:
         return factors
 
     def device_time_model(self):
-        """The parsed `device_time` (hetero.DeviceTime), or None."""
-        from .hetero import parse_device_time
+        """The parsed `device_time` (emulation.DeviceTime), or None."""
+        from .experiments.emulation import parse_device_time
 
         return parse_device_time(self.device_time, self.batch_size)
 

@@ -31,7 +31,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from ..config import PARADIGMS  # noqa: E402
-from ..log import RunLog  # noqa: E402
+from ..io.log import RunLog  # noqa: E402
 from ..paradigms.base import MODE_ASP, MODE_BSP  # noqa: E402
 from .summarize import find_runs, heterogeneity, paradigm_label  # noqa: E402
 

@@ -5,7 +5,7 @@
     mpips summarize runs/* --mean             # mean over seeds
 
 A RUN is a run directory, or a directory of run directories. Everything is
-read through `mpips.log.RunLog`. The table is a pandas DataFrame, one row per
+read through `mpips.io.log.RunLog`. The table is a pandas DataFrame, one row per
 run (`table`), or per paradigm and cluster (`mean_table`); `rows` and
 `mean_rows` give the same as lists of dicts (None where there is no value).
 """
@@ -18,7 +18,7 @@ import sys
 
 import pandas as pd
 
-from ..log import RunLog
+from ..io.log import RunLog
 
 # (key, header, format) of the table's columns, in order; `{target}` is filled in.
 COLUMNS = [

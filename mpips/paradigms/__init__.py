@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
-from .base import MODE_ASP, MODE_BSP, PASS, ClusterView, Gate, Paradigm, Push, own_writes_gate
+from .base import MODE_ASP, MODE_BSP, ClusterView, Paradigm, Push
+from .gates import PASS, Gate, bounded_gate, own_writes_gate
 
 # name -> "module:Class" (built in, imported on first use) or the class itself (registered)
 REGISTRY: dict[str, str | type] = {
@@ -129,4 +130,4 @@ def make_paradigm(config, num_workers: int) -> Paradigm:
 
 __all__ = ["REGISTRY", "OPTIONS", "Option", "available", "make_paradigm", "paradigm_class",
            "parse_options", "register_paradigm", "unregister_paradigm", "ClusterView", "Gate",
-           "Paradigm", "Push", "PASS", "MODE_BSP", "MODE_ASP", "own_writes_gate"]
+           "Paradigm", "Push", "PASS", "MODE_BSP", "MODE_ASP", "own_writes_gate", "bounded_gate"]

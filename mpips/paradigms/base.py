@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from .gates import Gate, own_writes_gate
+
 # Sync-Switch modes, kept in the control window's MODE slot.
 MODE_BSP = 0
 MODE_ASP = 1
@@ -18,15 +20,18 @@ MODE_ASP = 1
 # names the same slots; it cannot be imported here, it imports mpi4py).
 SLOT_MODE = 0
 SLOT_MODE_CLOCK = 1
-SLOT_EXTRA0 = 2     # paradigm-specific (GSSP: the group's speed rank)
+SLOT_EXTRA0 = 2     # paradigm-specific
 SLOT_EXTRA1 = 3
+# In a group's control table (a paradigm with a second level of servers,
+# `Paradigm.group_servers`): the group's speed rank, which its group server writes.
+SLOT_GROUP_SPEED_RANK = SLOT_EXTRA0
 
 
 def iterations_per_epoch(num_train: int, num_workers: int, batch_size: int) -> int:
     """Iterations per epoch, the same for every worker so BSP rounds line up.
 
     Based on the smallest shard, so no worker goes past its epoch boundary.
-    (Here, not in mpips.data, so that paradigms import neither torch nor mpi4py.)
+    (Here, not in mpips.training.data, so that paradigms import neither torch nor mpi4py.)
     """
     if num_train < num_workers or num_workers < 1 or batch_size < 1:
         raise ValueError(f"cannot split {num_train} samples over {num_workers} workers "
@@ -48,7 +53,6 @@ class ClusterView:
                  applied: np.ndarray,         # (W,) int: each worker's pushes applied by every server
                  push_times: np.ndarray,      # (W, 2) float: latest, previous push time (nan = none yet)
                  iter_times: np.ndarray,      # (W,) float: last iteration's busy time (nan = none yet)
-                 batch_sizes: np.ndarray,     # (W,) int: batch size of the last push
                  done: np.ndarray,            # (W,) bool: worker pushed its last iteration
                  updates: int,                # pushes applied by the servers (min over servers)
                  mode: int = MODE_BSP,        # MODE_BSP or MODE_ASP (Sync-Switch)
@@ -59,7 +63,7 @@ class ClusterView:
                  slots: tuple[float, float] = (0.0, 0.0)):  # the global slots SLOT_EXTRA0, SLOT_EXTRA1
         self.now = now
         self.clocks, self.applied, self.done = clocks, applied, done
-        self.push_times, self.iter_times, self.batch_sizes = push_times, iter_times, batch_sizes
+        self.push_times, self.iter_times = push_times, iter_times
         self.updates, self.mode, self.mode_clock = updates, mode, mode_clock
         self.path_length, self.update_norm_ema = path_length, update_norm_ema
         self.extras, self.slots = extras, slots
@@ -85,18 +89,6 @@ class ClusterView:
         return int(active.min()) if active.size else int(c.max())
 
 
-@dataclass(frozen=True)
-class Gate:
-    """Answer to "may worker i start its next iteration?"."""
-
-    ok: bool
-    waiting_for: tuple[int, ...] = ()          # workers it waits for, when not ok
-    event: dict[str, Any] | None = None        # something to log (e.g. DSSP r*)
-
-
-PASS = Gate(True)   # the common answer, made once: gates are polled
-
-
 def compensated_momentum(momentum: float, workers: int) -> float:
     """Explicit momentum when W workers' pushes are applied one at a time.
     Asynchrony itself acts as momentum of about 1 - 1/W (Mitliagkas et al.
@@ -113,17 +105,6 @@ def compensated_step(lr: float, momentum: float, new_momentum: float) -> tuple[f
     long run, lr / (1 - m): less momentum is not a smaller step (with
     m = 0.2 at the same lr, ASP with 8 workers reached only 0.44-0.69)."""
     return lr * (1.0 - new_momentum) / (1.0 - momentum), new_momentum
-
-
-def own_writes_gate(worker: int, view: ClusterView) -> Gate:
-    """Read-your-writes (PARADIGMS.md, ASP): pass once every server has
-    applied all of `worker`'s own pushes, so the pull that follows reflects
-    them, as in every parameter server that serves a worker's requests in
-    order. Without it, a worker pulls right after its push, before it is
-    applied, and computes on parameters missing its own last update (one
-    worker under ASP then ended at 71% where sequential SGD reaches 95.5%)."""
-    clocks, applied, _ = view.progress()
-    return PASS if applied[worker] >= clocks[worker] else Gate(False, (worker,))
 
 
 @dataclass
@@ -168,7 +149,7 @@ class Paradigm:
     @classmethod
     def group_servers(cls, config) -> int:
         """Ranks of a second level of servers this paradigm runs on (one per
-        group; mpips/levels.py runs them): none unless it says so."""
+        group; mpips/runtime/levels.py runs them): none unless it says so."""
         return 0
 
     @property

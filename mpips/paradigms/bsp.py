@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Paradigm
-from .ssp import bounded_gate
+from .gates import bounded_gate
 
 
 def round_complete(view, consumed: np.ndarray) -> bool:

@@ -28,8 +28,8 @@ import math
 
 import numpy as np
 
-from .base import ClusterView, Gate, Paradigm
-from .ssp import bounded_gate
+from .base import ClusterView, Paradigm
+from .gates import Gate, bounded_gate
 
 
 def push_interval(push_times: np.ndarray) -> float:

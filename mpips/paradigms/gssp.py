@@ -1,6 +1,6 @@
 """GSSP, grouping SSP with GDTopK (IEEE TCC 2022): the decisions.
 
-Workers of similar speed form groups, each with a group server (mpips/levels.py
+Workers of similar speed form groups, each with a group server (mpips/runtime/levels.py
 sets up the two levels of servers). A worker sees only its own group's
 control table, in which the workers of other groups read as done with clock 0
 (the rule by which finished workers never block), so the plain SSP gate with
@@ -9,16 +9,14 @@ nothing gates one group on another. Pushes keep the default 1/W scale: every
 push of every group reaches the global parameters once, as under ASP.
 
 GDTopK's upload ratio: a group's speed rank (0 = fastest), measured by its
-group server and published in the group table's slot `SLOT_SPEED_RANK`, and
+group server and published in the group table's slot `SLOT_GROUP_SPEED_RANK`, and
 the epoch pick (c, rho) from the schedule of PARADIGMS.md.
 """
 from __future__ import annotations
 
-from ..compress import DEFAULT_SCHEDULE, ratio_schedule
-from .base import SLOT_EXTRA0, ClusterView, Gate, Paradigm
-from .ssp import bounded_gate
-
-SLOT_SPEED_RANK = SLOT_EXTRA0   # in a group's control table: that group's speed rank
+from .compress import DEFAULT_SCHEDULE, ratio_schedule
+from .base import SLOT_EXTRA0, SLOT_GROUP_SPEED_RANK, ClusterView, Paradigm
+from .gates import Gate, bounded_gate
 
 
 class GSSP(Paradigm):
@@ -44,4 +42,4 @@ class GSSP(Paradigm):
     def compression(self, worker, view, *, epoch):
         if self.config.compressor != "gdtopk":
             return None
-        return self.upload_ratio(epoch, int(view.slots[SLOT_SPEED_RANK - SLOT_EXTRA0]))
+        return self.upload_ratio(epoch, int(view.slots[SLOT_GROUP_SPEED_RANK - SLOT_EXTRA0]))

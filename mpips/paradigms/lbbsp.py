@@ -2,7 +2,7 @@
 
 BSP's gate and whole-round applies, with a fixed global batch X split every
 round in proportion to the workers' predicted speeds, x_i = X v_i / sum_j v_j
-(`mpips.balance.allocate`), and every push weighted x_i / X: the servers' sum
+(`mpips.paradigms.balance.allocate`), and every push weighted x_i / X: the servers' sum
 sum_i x_i g_i / X of per-batch mean-loss gradients is the mean-loss gradient
 of the round's X samples, so a round is one SGD step on X samples as in BSP.
 
@@ -44,9 +44,10 @@ import math
 
 import numpy as np
 
-from ..balance import BatchRefiner, allocate
-from ..predict import make_predictor, utilisation
-from .base import ClusterView, Gate, Push
+from .balance import BatchRefiner, allocate
+from .predict import make_predictor, utilisation
+from .base import ClusterView, Push
+from .gates import Gate
 from .bsp import BSP
 
 

@@ -78,8 +78,8 @@ import math
 import numpy as np
 
 from .base import (MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView, Paradigm, compensated_momentum,
-                   compensated_step, own_writes_gate)
-from .ssp import bounded_gate
+                   compensated_step)
+from .gates import bounded_gate, own_writes_gate
 
 DECIDING = -1   # MODE_CLOCK while an ASP -> BSP switch is being decided
 MODE_NAMES = {MODE_BSP: "bsp", MODE_ASP: "asp"}

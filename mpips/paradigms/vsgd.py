@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import math
 
-from ..vsgd import lr_scale, value_staleness
-from .base import Paradigm, Push, own_writes_gate
-from .ssp import bounded_gate
+from .value_staleness import lr_scale, value_staleness
+from .base import Paradigm, Push
+from .gates import bounded_gate, own_writes_gate
 
 
 class VSGD(Paradigm):

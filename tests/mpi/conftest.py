@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from mpips.data import GlobalStream, WorkerShard, load_dataset
-from mpips.log import RunLog
-from mpips.models import build_model
+from mpips.training.data import GlobalStream, WorkerShard, load_dataset
+from mpips.io.log import RunLog
+from mpips.training.models import build_model
 
-from mpips.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
+from mpips.experiments.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
 
 
 @dataclass
@@ -129,8 +129,8 @@ def replayed_run(config, rounds) -> np.ndarray:
     and applied with the servers' optimizer. With the order of every float
     operation fixed, a real run must give these parameters bit for bit.
     `rounds`: rounds_of(log) or even_rounds(...)."""
-    from mpips.flatmodel import FlatModel
-    from mpips.optim import ServerOptimizer
+    from mpips.training.flatmodel import FlatModel
+    from mpips.training.optim import ServerOptimizer
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # as every rank (--torch-threads 1)

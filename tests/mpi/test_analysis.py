@@ -17,7 +17,7 @@ import pytest
 
 from analysis import plot, summarize
 from conftest import train
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET = 0.5   # both 2-epoch runs pass it (and fail the table's check if they do not)

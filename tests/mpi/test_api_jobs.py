@@ -87,8 +87,7 @@ def test_a_failing_rank_aborts_the_job_from_python(tmp_path):
 PLUGIN = '''
 """A paradigm of one's own: SSP's bound, and a gate that turns a worker away
 on all but every `period`-th poll (then the base read-your-writes gate)."""
-from mpips.paradigms import Gate, Paradigm, register_paradigm
-from mpips.paradigms.ssp import bounded_gate
+from mpips.paradigms import Gate, Paradigm, bounded_gate, register_paradigm
 
 
 class EveryOther(Paradigm):

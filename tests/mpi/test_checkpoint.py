@@ -21,8 +21,8 @@ import pytest
 
 from conftest import MPI_ENV, MPIEXEC, assert_each_sample_once, train
 
-from mpips.checkpoint import CheckpointError, checkpoint_files, decode, read_checkpoint
-from mpips.log import RunLog
+from mpips.io.checkpoint import CheckpointError, checkpoint_files, decode, read_checkpoint
+from mpips.io.log import RunLog
 from mpips.paradigms.base import MODE_ASP, SLOT_MODE
 
 RANKS = 5   # 1 server, 3 workers, the evaluator (which takes part in every checkpoint)

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from conftest import MPI_ENV, MPIEXEC, train
-from mpips.checkpoint import checkpoint_files
-from mpips.log import RunLog
-from mpips.models import build_model
+from mpips.io.checkpoint import checkpoint_files
+from mpips.io.log import RunLog
+from mpips.training.models import build_model
 
 SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
 

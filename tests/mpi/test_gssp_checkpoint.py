@@ -16,8 +16,8 @@ import pytest
 
 from conftest import MPI_ENV, MPIEXEC, train
 
-from mpips.checkpoint import CheckpointError, checkpoint_files, read_checkpoint
-from mpips.checkpointer import PREEMPTED_EXIT
+from mpips.io.checkpoint import CheckpointError, checkpoint_files, read_checkpoint
+from mpips.runtime.checkpointer import PREEMPTED_EXIT
 
 RANKS = 5   # 1 server + 2 group servers + 2 workers: each worker its own group
 # worker 1 is 8x slower: group 0 finishes long before group 1. GDTopK: the
@@ -75,7 +75,7 @@ def test_preempted_gssp_job_checkpoints_and_exits_to_be_requeued(jobs):
 
 def test_a_checkpoint_taken_after_a_group_finished_holds_every_rank(jobs):
     _, meta, _, _ = jobs
-    assert meta["gssp"]["groups"] == [[0], [1]]
+    assert meta["grouping"]["groups"] == [[0], [1]]
     # by world rank: the global server, then the two group servers
     assert len(meta["server_steps"]) == 3 and meta["server_steps"][1] > 0
 
@@ -89,7 +89,7 @@ def test_resumed_gssp_job_goes_on_from_the_cut(jobs):
     cut = log.events("segment")[-1]
     assert cut["resumed_from"] == preemption["path"] and cut["clocks"] == preemption["clocks"]
     # the groups came from the checkpoint, not from profiling again
-    assert [g["source"] for g in log.events("gssp_groups")][-1] == "checkpoint"
+    assert [g["source"] for g in log.events("groups")][-1] == "checkpoint"
     # every iteration of every worker once; nothing redone after a preemption's cut
     n = log.layout["iterations_per_worker"]
     it = log.iterations

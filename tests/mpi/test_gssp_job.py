@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mpips.compress import ratio_schedule
+from mpips.paradigms.compress import ratio_schedule
 from conftest import train
 
 S = 3            # group_staleness
@@ -26,7 +26,7 @@ def gdtopk(tmp_path_factory):
 
 
 def test_slow_workers_are_grouped_together(plain):
-    (event,) = plain.events("gssp_groups")
+    (event,) = plain.events("groups")
     assert event["groups"] == [[0, 1], [2, 3]]
     assert event["speed_ranks"] == [0, 1] and event["group_servers"] == [1, 2]
     assert min(event["profiled"][2:]) > max(event["profiled"][:2])

@@ -70,7 +70,7 @@ def test_killed_run_leaves_a_readable_log(tmp_path):
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
-    from mpips.log import RunLog
+    from mpips.io.log import RunLog
 
     log = RunLog(str(run))
     assert log.status == "incomplete"

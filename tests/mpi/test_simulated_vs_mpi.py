@@ -7,7 +7,7 @@ import numpy as np
 
 from conftest import train
 from mpips.cli import main
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 
 FLAGS = ("--device-time", "20ms", "--slowdown", "1,1,2,4", "--epochs", "1", "--eval-every", "100",
          "--servers", "2")

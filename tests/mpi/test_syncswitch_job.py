@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import MPI_ENV, assert_each_sample_once, train
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 
 F = 0.1
 MOMENTUM = 0.9

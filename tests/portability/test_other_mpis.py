@@ -23,8 +23,8 @@ import sys
 import numpy as np
 import pytest
 
-from mpips.launch import MPI_ENV, MPIEXEC
-from mpips.log import RunLog
+from mpips.experiments.launch import MPI_ENV, MPIEXEC
+from mpips.io.log import RunLog
 
 FLAVOR = os.environ.get("MPIPS_PORTABILITY", "")
 TIMEOUT = 120

@@ -15,9 +15,9 @@ import pytest
 
 from mpips.cli import main
 from mpips.config import Config
-from mpips.log import RunLog
-from mpips.scheduler import Scheduler, TaskFailed
-from mpips.wait import StallError
+from mpips.io.log import RunLog
+from mpips.runtime.scheduler import Scheduler, TaskFailed
+from mpips.runtime.wait import StallError
 from tests.mpi.conftest import assert_each_sample_once, replayed_run, rounds_of, uneven_sgd_oracle
 
 
@@ -113,7 +113,7 @@ def test_a_failing_role_ends_the_simulation_naming_it(tmp_path, capsys):
     assert err[-1].startswith("mpips: error: the simulated job failed: rank 2 (worker 1) at t=")
     assert "injected failure (fail_at) at worker 1 iteration 4" in err[-1]
     with pytest.raises(TaskFailed):   # the API raises
-        from mpips.simulate import simulate as run
+        from mpips.runtime.simulate import simulate as run
         run(Config(paradigm="asp", workers=2, iterations=3, fail_at="0:1", run_dir=str(tmp_path / "r2")))
 
 
@@ -245,7 +245,7 @@ def gssp(tmp_path_factory):
 
 
 def test_gssp_groups_never_wait_for_each_other(gssp):
-    (event,) = gssp.events("gssp_groups")
+    (event,) = gssp.events("groups")
     assert event["groups"] == [[0, 1], [2, 3]]
     it = gssp.iterations
     fast, slow = it[it["worker"] < 2], it[it["worker"] >= 2]

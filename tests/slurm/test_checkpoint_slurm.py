@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 
 from conftest import wait_for_line
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 
 from conftest import wait_for_line
 
@@ -31,7 +31,7 @@ def test_gssp_job_script_preempted_and_requeued(slurm, tmp_path):
     log = RunLog(str(run_dir))
     assert log.paradigm == "gssp" and log.status == "finished" and log.segments == 2
     assert log.layout["group_servers"] == 2 and log.layout["world_size"] == 5
-    groups = log.events("gssp_groups")
+    groups = log.events("groups")
     assert [g["groups"] for g in groups] == [[[0], [1]]] * 2
     assert [g["source"] for g in groups] == ["equal", "checkpoint"]
     n = log.layout["iterations_per_worker"]

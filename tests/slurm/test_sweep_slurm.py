@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpips.log import RunLog
+from mpips.io.log import RunLog
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import pytest
 
 from analysis import plot, summarize
 from mpips.config import Config
-from mpips.log import RankLog, RunLog, rank_file, write_run_end, write_run_header
+from mpips.io.log import RankLog, RunLog, rank_file, write_run_end, write_run_header
 
 
 def row(paradigm, seed, time_to_target, acc, hetero="homogeneous"):

@@ -15,9 +15,9 @@ from mpips import cli
 from mpips.analysis import summarize
 from mpips.api import as_dataset
 from mpips.config import ConfigError
-from mpips.data import Dataset
-from mpips.log import TABLES
-from mpips.models import build_model, check_model, model_label
+from mpips.training.data import Dataset
+from mpips.io.log import TABLES
+from mpips.training.models import build_model, check_model, model_label
 
 from test_analysis_tables import write_log
 

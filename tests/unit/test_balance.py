@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mpips.balance import BatchRefiner, allocate
+from mpips.paradigms.balance import BatchRefiner, allocate
 from mpips.config import ConfigError
 
 

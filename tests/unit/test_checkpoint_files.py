@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from mpips.checkpoint import (CheckpointError, checkpoint_files, decode, encode, find_resume,
+from mpips.io.checkpoint import (CheckpointError, checkpoint_files, decode, encode, find_resume,
                               read_checkpoint, write_checkpoint)
-from mpips.compress import GDTopK
+from mpips.paradigms.compress import GDTopK
 from mpips.config import Config
-from mpips.log import RankLog, RunLog, rank_file, write_run_end, write_run_header
+from mpips.io.log import RankLog, RunLog, rank_file, write_run_end, write_run_header
 from mpips.paradigms import REGISTRY, ClusterView, make_paradigm
 
 IDENTITY = {"model": "mlp", "dataset": "digits", "parameters": 6, "paradigm": "ssp", "seed": 0,
@@ -66,8 +66,8 @@ def _view(clocks: np.ndarray, now: float) -> ClusterView:
     times = np.stack([latest, latest - 0.1 * (1 + np.arange(n))], axis=1)
     return ClusterView(now=now, clocks=clocks.copy(), applied=clocks.copy(),
                        push_times=np.where(clocks[:, None] > 0, times, np.nan),
-                       iter_times=0.01 * (1 + np.arange(n)), batch_sizes=np.full(n, 16),
-                       done=np.zeros(n, bool), updates=int(clocks.sum()), extras=np.zeros((n, 4)))
+                       iter_times=0.01 * (1 + np.arange(n)), done=np.zeros(n, bool),
+                       updates=int(clocks.sum()), extras=np.zeros((n, 4)))
 
 
 def _drive(paradigm, clocks: np.ndarray, steps: range) -> list:

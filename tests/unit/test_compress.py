@@ -1,14 +1,14 @@
-"""Compressors, the wire format, the GDTopK schedule and group speed (no MPI)."""
+"""Compressors, payload sizes, the GDTopK schedule and group speed (no MPI)."""
 import math
 
 import numpy as np
 import pytest
 
-from mpips.compress import (
-    GDTopK, GDTopKSchedule, EpochTimeEMA, Identity, SparseGrad, TopK,
-    group_ratios, make_compressor, pack, packed_len, ratio_schedule,
-    segments_from_sizes, unpack,
+from mpips.paradigms.compress import (
+    GDTopK, GDTopKSchedule, Identity, SparseGrad, TopK, make_compressor, payload_nbytes, ratio_schedule,
+    speed_ranks,
 )
+from mpips.paradigms.grouping import EpochTimeEMA
 from mpips.config import Config, ConfigError
 
 TABLE = {  # PARADIGMS.md, GSSP: (epoch 2, 3, 4, >=5), rho
@@ -90,7 +90,7 @@ def test_gdtopk_retries_at_most_ten_times():
 
 def test_gdtopk_per_segment():
     sizes = [1000, 10, 5000]
-    comp = GDTopK(0.1, 0.05, segments=segments_from_sizes(sizes), seed=0)
+    comp = GDTopK(0.1, 0.05, segments=[(0, 1000), (1000, 1010), (1010, 6010)], seed=0)
     g = next(grads(1, sum(sizes)))
     out = comp.compress(g)
     assert comp.last_k == sum(math.ceil(s * 0.1) for s in sizes)
@@ -171,50 +171,18 @@ def test_identity_is_dense_and_lossless():
     g = next(grads(1, 100))
     out = comp.compress(g)
     assert isinstance(out, np.ndarray) and np.array_equal(out, g) and out is not g
-    assert comp.last_nbytes == comp.dense_bytes(100) == 400
+    assert comp.last_nbytes == payload_nbytes(out) == 400
     assert not comp.flush().any()
 
 
 @pytest.mark.parametrize("c", [0.35, 0.1, 0.01])
-def test_packed_bytes_are_about_c_times_dense_plus_index_overhead(c):
+def test_sparse_bytes_are_about_two_c_times_dense(c):
     n = 100_000
     comp = TopK(c)
     out = comp.compress(next(grads(1, n)))
     k = math.ceil(n * c)
-    assert out.nbytes == comp.last_nbytes == comp.compressed_bytes(out) == 8 * k
-    buf = out.pack()
-    assert buf.dtype == np.float32 and buf.flags.c_contiguous
-    assert buf.nbytes == out.packed_nbytes == 8 + 8 * k == 4 * packed_len(k)
-    ratio = buf.nbytes / comp.dense_bytes(n)
-    assert ratio == pytest.approx(2 * c, rel=0.01)  # 4-byte value + 4-byte index per entry
-
-
-def test_pack_unpack_round_trip():
-    n = 1000
-    idx = np.array([0, 5, 17, 999], np.int32)
-    vals = np.array([-1.5, np.float32(3e-38), 0.0, 7.25], np.float32)
-    sg = SparseGrad(idx, vals, n)
-    buf = sg.pack()
-    for wire in (buf, buf.tobytes(), bytearray(buf.tobytes()), buf.view(np.uint8)):
-        back = unpack(wire)
-        assert isinstance(back, SparseGrad) and back.n == n
-        assert np.array_equal(back.indices, idx) and np.array_equal(back.values, vals)
-    back = SparseGrad.unpack(buf)
-    assert np.array_equal(back.to_dense(), sg.to_dense())
-    empty = unpack(SparseGrad(np.zeros(0), np.zeros(0), 7).pack())
-    assert empty.count == 0 and empty.n == 7
-    dense = np.arange(5, dtype=np.float32)
-    assert np.array_equal(unpack(pack(dense)), dense)
-    with pytest.raises(ValueError):
-        SparseGrad.unpack(pack(dense))
-    with pytest.raises(ValueError):
-        unpack(buf[:3])
-
-
-def test_slice_for_a_server_shard():
-    sg = SparseGrad([1, 4, 5, 9], [1, 2, 3, 4], 10)
-    part = sg.slice(4, 8)
-    assert part.n == 4 and part.indices.tolist() == [0, 1] and part.values.tolist() == [2, 3]
+    assert out.nbytes == comp.last_nbytes == payload_nbytes(out) == 8 * k
+    assert out.nbytes / (4 * n) == pytest.approx(2 * c, rel=0.01)  # 4-byte value + 4-byte index per entry
 
 
 # -- schedule ------------------------------------------------------------------------
@@ -234,13 +202,14 @@ def test_per_group_schedule_from_group_speeds():
     # group 0 slowest, group 1 fastest, group 2 middle
     for w, t in enumerate([9.0, 11.0, 2.0, 2.0, 5.0, 5.0]):
         ema.update(w, t)
-    assert ema.rank_groups(groups) == [1, 2, 0]
+    ranks = speed_ranks([ema.group_time(g) for g in groups])
+    assert ranks == [2, 0, 1]
     for epoch in (2, 3, 4, 5):
-        got = ema.ratios(epoch, groups)
+        got = [ratio_schedule(epoch, r, len(groups)) for r in ranks]
         want = [TABLE[2][0][epoch - 2], TABLE[0][0][epoch - 2], TABLE[1][0][epoch - 2]]
         assert [c for c, _ in got] == pytest.approx(want)
         assert [r for _, r in got] == pytest.approx([0.01, 0.008, 0.009])
-    assert [c for c, _ in group_ratios(1, [3.0, 1.0, 2.0])] == [0.35] * 3
+    assert [ratio_schedule(1, r, 3)[0] for r in speed_ranks([3.0, 1.0, 2.0])] == [0.35] * 3
 
 
 def test_schedule_other_group_counts_interpolate():
@@ -264,7 +233,7 @@ def test_epoch_time_ema():
     ema.update(1, 4.0)
     assert ema.group_time([0, 1]) == pytest.approx((17.0 + 4.0) / 2)
     assert math.isnan(ema.group_time([5]))
-    assert ema.rank_groups([[5], [0], [1]]) == [2, 1, 0]   # unseen ranks slowest
+    assert speed_ranks([ema.group_time(g) for g in ([5], [0], [1])]) == [2, 1, 0]   # unseen ranks slowest
 
 
 def test_set_ratio_changes_k():

@@ -1,7 +1,7 @@
 import pytest
 
 from mpips.config import Config, ConfigError, load
-from mpips.layout import make_layout
+from mpips.runtime.layout import make_layout
 
 
 def test_defaults_validate():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpips.checkpoint import CheckpointError, encode, read_checkpoint, write_checkpoint
+from mpips.io.checkpoint import CheckpointError, encode, read_checkpoint, write_checkpoint
 
 
 def _checkpoint(run_dir) -> str:
@@ -86,7 +86,7 @@ def test_truncated_checkpoints_are_one_line_errors(tmp_path):
 
 
 def _run_h5(run_dir, **attrs):
-    from mpips.log import write_run_header
+    from mpips.io.log import write_run_header
 
     os.makedirs(run_dir, exist_ok=True)
     write_run_header(str(run_dir), config={"paradigm": "ssp", "epochs": 1.0}, versions={},
@@ -102,7 +102,7 @@ def _run_h5(run_dir, **attrs):
 @pytest.mark.parametrize("damage", ["config not JSON", "run.h5 truncated", "run.h5 not HDF5"])
 def test_info_on_a_damaged_run_h5_is_one_line(tmp_path, capsys, damage):
     from mpips import cli
-    from mpips.log import LogError, RunLog
+    from mpips.io.log import LogError, RunLog
 
     run = tmp_path / "run"
     _run_h5(run, **({"config": "{not json"} if damage == "config not JSON" else {}))
@@ -122,7 +122,7 @@ def test_info_on_a_damaged_run_h5_is_one_line(tmp_path, capsys, damage):
 def test_a_run_without_its_rank_files_is_not_complete(tmp_path):
     """run.h5 links the rank files the job wrote: one missing is named, and
     the run is not complete even if run.h5 says finished."""
-    from mpips.log import RankLog, RunLog, rank_file
+    from mpips.io.log import RankLog, RunLog, rank_file
 
     run = tmp_path / "run"
     _run_h5(run, status="finished")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mpips.config import Config
-from mpips.data import (DataError, WorkerShard, _read_digits, iterations_per_epoch,
+from mpips.training.data import (DataError, WorkerShard, _read_digits, iterations_per_epoch,
                         load_dataset)
 
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",

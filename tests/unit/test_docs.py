@@ -3,7 +3,7 @@ import dataclasses
 import os
 
 from mpips.config import Config
-from mpips.log import TABLES
+from mpips.io.log import TABLES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 

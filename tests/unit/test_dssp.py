@@ -26,7 +26,7 @@ def view(clocks, push_times=None, applied=None, done=None, now=100.0):
     return ClusterView(
         now=now, clocks=clocks,
         applied=clocks.copy() if applied is None else np.asarray(applied, dtype=np.int64),
-        push_times=pt, iter_times=np.full(w, NAN), batch_sizes=np.full(w, 16),
+        push_times=pt, iter_times=np.full(w, NAN),
         done=np.zeros(w, bool) if done is None else np.asarray(done, bool),
         updates=int(clocks.sum()))
 

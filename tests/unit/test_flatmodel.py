@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from mpips.flatmodel import FlatModel
+from mpips.training.flatmodel import FlatModel
 
 
 def _flat():

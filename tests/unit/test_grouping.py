@@ -2,7 +2,7 @@
 import pytest
 
 from mpips.config import Config, ConfigError
-from mpips.grouping import group_by_speed, make_groups, parse_assignment, validate_layout
+from mpips.paradigms.grouping import group_by_speed, make_groups, parse_assignment, validate_layout
 
 
 def test_slow_workers_go_together():

@@ -5,12 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from mpips.checkpoint import decode, encode
-from mpips.compress import GDTopK, TopK, ratio_schedule
+from mpips.io.checkpoint import decode, encode
+from mpips.paradigms.compress import GDTopK, TopK, ratio_schedule
 from mpips.config import Config, ConfigError
-from mpips.group_delta import GroupDelta
-from mpips.grouping import GroupSpeed
-from mpips.layout import make_layout
+from mpips.runtime.group_delta import GroupDelta
+from mpips.paradigms.grouping import GroupSpeed
+from mpips.runtime.layout import make_layout
 from mpips.paradigms import ClusterView, make_paradigm
 
 
@@ -22,7 +22,7 @@ def group_view(clocks, members, applied=None, rank=0):
     return ClusterView(
         now=0.0, clocks=clocks, applied=clocks.copy() if applied is None else np.asarray(applied),
         push_times=np.full((w, 2), np.nan), iter_times=np.full(w, np.nan),
-        batch_sizes=np.full(w, 16), done=outside, updates=int(clocks.sum()), slots=(rank, 0.0))
+        done=outside, updates=int(clocks.sum()), slots=(rank, 0.0))
 
 
 def test_gate_bounds_clocks_inside_the_group_only():

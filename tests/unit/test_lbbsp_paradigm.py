@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from mpips.balance import allocate
+from mpips.paradigms.balance import allocate
 from mpips.config import Config, ConfigError
 from mpips.paradigms import make_paradigm
 from mpips.paradigms import lbbsp as lbbsp_module
@@ -48,7 +48,7 @@ class Cluster:
         w = self.w
         return ClusterView(now=self.now, clocks=self.clocks.copy(), applied=self.applied.copy(),
                            push_times=self.push_times.copy(), iter_times=np.full(w, math.nan),
-                           batch_sizes=np.zeros(w, np.int64), done=np.zeros(w, bool),
+                           done=np.zeros(w, bool),
                            updates=int(self.applied.sum()), extras=self.extras.copy())
 
     def start(self, i, c):

@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from mpips.config import Config, ConfigError
-from mpips.data import WorkerShard, load_dataset
-from mpips.models import BUILTIN_MODELS, build_model
+from mpips.training.data import WorkerShard, load_dataset
+from mpips.training.models import BUILTIN_MODELS, build_model
 
 IMAGE_SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 ALLOWED = "allowed: mlp, lenet5, resnet, or package.module:function"

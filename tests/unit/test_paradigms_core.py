@@ -12,7 +12,7 @@ def view(clocks, applied=None, done=None):
     n = len(clocks)
     return ClusterView(now=1.0, clocks=clocks, applied=np.array(applied if applied is not None else clocks),
                        push_times=np.full((n, 2), np.nan), iter_times=np.full(n, np.nan),
-                       batch_sizes=np.full(n, 16), done=np.array(done or [False] * n), updates=0)
+                       done=np.array(done or [False] * n), updates=0)
 
 
 @pytest.mark.parametrize("s", [0, 1, 3])
@@ -68,7 +68,7 @@ def test_asynchronous_steps_are_compensated_for_asynchrony():
 
     view = ClusterView(now=1.0, clocks=np.array([3, 3]), applied=np.array([3, 3]),
                        push_times=np.full((2, 2), np.nan), iter_times=np.full(2, np.nan),
-                       batch_sizes=np.full(2, 16), done=np.zeros(2, bool), updates=6)
+                       done=np.zeros(2, bool), updates=6)
     # one worker: nothing to compensate, so ASP stays sequential SGD
     assert compensated_momentum(0.9, 1) == 0.9
     assert compensated_momentum(0.9, 8) == pytest.approx(0.2) and compensated_momentum(0.9, 16) == 0.0

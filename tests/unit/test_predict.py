@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mpips.config import ConfigError
-from mpips.predict import EWMA, NARX, LastValue, SpeedPredictor, make_predictor, utilisation
+from mpips.paradigms.predict import EWMA, NARX, LastValue, SpeedPredictor, make_predictor, utilisation
 
 
 def periodic_load_trace(n=200, seed=0):

@@ -7,9 +7,9 @@ import torch
 import pytest
 
 from mpips.config import Config, ConfigError
-from mpips.hetero import Slowdown, parse_stragglers
-from mpips.log import RankLog, RunLog, write_run_end, write_run_header
-from mpips.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
+from mpips.experiments.emulation import Slowdown, parse_stragglers
+from mpips.io.log import RankLog, RunLog, write_run_end, write_run_header
+from mpips.runtime.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
 
 
 def test_wait_returns_when_ready():
@@ -129,7 +129,7 @@ def test_not_a_run_dir(tmp_path):
 
 
 def test_lr_schedules_follow_the_run_budget():
-    from mpips.optim import ServerOptimizer
+    from mpips.training.optim import ServerOptimizer
 
     shard = np.zeros(3, np.float32)
     cosine = ServerOptimizer(Config(lr=0.2, lr_schedule="cosine", epochs=10), shard, total_epochs=4)
@@ -141,7 +141,7 @@ def test_lr_schedules_follow_the_run_budget():
 
 
 def test_server_sgd_step_moves_the_shard_in_place():
-    from mpips.optim import ServerOptimizer
+    from mpips.training.optim import ServerOptimizer
 
     shard = np.ones(4, np.float32)
     opt = ServerOptimizer(Config(lr=0.5, momentum=0.0), shard)
@@ -155,8 +155,8 @@ def test_server_sgd_step_moves_the_shard_in_place():
 def test_server_sgd_is_torch_sgd_bit_for_bit(momentum, nesterov, decay):
     """The written-out SGD against torch.optim.SGD over steps with changing
     learning rates, and through a checkpoint of its state halfway."""
-    from mpips.checkpoint import decode, encode
-    from mpips.optim import ServerOptimizer
+    from mpips.io.checkpoint import decode, encode
+    from mpips.training.optim import ServerOptimizer
 
     rng = np.random.default_rng(0)
     start = rng.normal(size=1000).astype(np.float32)

@@ -13,7 +13,7 @@ from mpips.paradigms import MODE_ASP, MODE_BSP, ClusterView, make_paradigm
 from mpips.paradigms.base import SLOT_MODE, SLOT_MODE_CLOCK
 from mpips.paradigms.syncswitch import (DECIDING, StragglerDetector, momentum_after_switch,
                                         round_ready)
-from mpips.syncswitch_search import ProbeRunner, bisect
+from mpips.experiments.syncswitch_search import ProbeRunner, bisect
 
 
 def view(clocks, applied=None, done=None, mode=MODE_BSP, mode_clock=0, iter_times=None, now=1.0):
@@ -23,7 +23,7 @@ def view(clocks, applied=None, done=None, mode=MODE_BSP, mode_clock=0, iter_time
                        applied=np.array(applied if applied is not None else clocks),
                        push_times=np.full((n, 2), np.nan),
                        iter_times=np.array(iter_times if iter_times is not None else [np.nan] * n, float),
-                       batch_sizes=np.full(n, 16), done=np.array(done or [False] * n),
+                       done=np.array(done or [False] * n),
                        updates=0, mode=mode, mode_clock=mode_clock)
 
 
@@ -186,7 +186,7 @@ def test_switch_back_is_two_phase_and_waits_for_the_last_switch_to_settle():
 
 
 def test_state_keeps_the_decisions_across_a_checkpoint():
-    from mpips.checkpoint import decode, encode
+    from mpips.io.checkpoint import decode, encode
 
     p = paradigm(iterations=50, switch_at=0.1)
     assert p.server_control(view([4, 4, 4, 4]))                 # switched to ASP at 5
@@ -255,7 +255,7 @@ class Simulation:
     def view(self, now):
         return ClusterView(now=now, clocks=self.clocks.copy(), applied=self.published.min(axis=0),
                            push_times=np.full((self.W, 2), np.nan), iter_times=self.iter_times.copy(),
-                           batch_sizes=np.full(self.W, 16), done=self.done.copy(),
+                           done=self.done.copy(),
                            updates=int(self.published.sum(axis=1).min()),
                            mode=int(self.slots[SLOT_MODE]), mode_clock=int(self.slots[SLOT_MODE_CLOCK]))
 

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from mpips.config import ConfigError
-from mpips.vsgd import UpdateNormEMA, lr_scale, value_staleness
+from mpips.paradigms.value_staleness import UpdateNormEMA, lr_scale, value_staleness
 
 
 def test_rule_max():

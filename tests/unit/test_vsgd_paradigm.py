@@ -7,7 +7,7 @@ import pytest
 from mpips.config import Config
 from mpips.paradigms import ClusterView, make_paradigm
 from mpips.paradigms.vsgd import VSGD
-from mpips.vsgd import norm_of_shards
+from mpips.paradigms.value_staleness import norm_of_shards
 
 W = 4
 
@@ -23,7 +23,7 @@ def view(*, path=0.0, c=0.0, clocks=(0, 0, 0, 0), applied=None):
     return ClusterView(
         now=1.0, clocks=clocks, applied=clocks.copy() if applied is None else np.array(applied),
         push_times=np.full((W, 2), np.nan), iter_times=np.full(W, np.nan),
-        batch_sizes=np.full(W, 16), done=np.zeros(W, bool), updates=int(clocks.sum()),
+        done=np.zeros(W, bool), updates=int(clocks.sum()),
         path_length=path, update_norm_ema=c)
 
 

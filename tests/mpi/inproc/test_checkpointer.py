@@ -14,13 +14,13 @@ import pytest
 
 from mpi4py import MPI
 
-from mpips.checkpoint import checkpoint_files, decode, find_resume
-from mpips.checkpointer import Checkpointer, Preempted
+from mpips.io.checkpoint import checkpoint_files, decode, find_resume
+from mpips.runtime.checkpointer import Checkpointer, Preempted
 from mpips.config import Config
-from mpips.layout import Layout
-from mpips.wait import wait_until
-from mpips.state import G, S, W
-from mpips.windows import ControlTable
+from mpips.runtime.layout import Layout
+from mpips.runtime.wait import wait_until
+from mpips.runtime.state import G, S, W
+from mpips.runtime.mpi_transport import ControlTable
 
 IDENT = {"model": "none", "workers": 2}
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpips.state import S, W
-from mpips.windows import ControlTable
+from mpips.runtime.state import S, W
+from mpips.runtime.mpi_transport import ControlTable
 
 WORKERS = 3
 
@@ -63,8 +63,8 @@ def test_stall_messages_name_the_server_that_holds_pushes_back():
 
     from mpi4py import MPI
 
-    from mpips.context import Context
-    from mpips.layout import Layout
+    from mpips.runtime.context import Context
+    from mpips.runtime.layout import Layout
 
     comm = MPI.COMM_WORLD
     table = ControlTable(comm, 0, workers=2, servers=2)

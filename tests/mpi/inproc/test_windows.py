@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from mpips.state import S
-from mpips.windows import ControlTable, ParameterStore
+from mpips.runtime.state import S
+from mpips.runtime.mpi_transport import ControlTable, ParameterStore
 
 N = 100_003          # not a multiple of anything: uneven shards
 K = 40               # pushes per worker
@@ -275,9 +275,9 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     from mpi4py import MPI
 
     from mpips.config import load
-    from mpips.context import Context
-    from mpips.layout import Layout
-    from mpips.wait import StallError
+    from mpips.runtime.context import Context
+    from mpips.runtime.layout import Layout
+    from mpips.runtime.wait import StallError
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()

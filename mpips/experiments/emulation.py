@@ -1,0 +1,188 @@
+"""Emulated heterogeneity: make a homogeneous machine act like a mixed cluster.
+
+A worker's slowdown factor at an iteration is its persistent factor times
+the factor of any transient straggle covering that iteration.
+
+With a device-time model (`--device-time`, PARADIGMS.md "Emulated
+heterogeneity") an iteration of b samples takes T = factor x (a + c*b**p)
+seconds: the worker computes the real gradient, then sleeps until T has
+passed since compute began. Without one, the worker sleeps
+(factor - 1) x its measured compute, which on a small shared machine mostly
+scales CPU contention, not the cluster (BSP with 1,1,2,4 ran at 0.54x its
+homogeneous rate where the cluster gives 0.25x): use a device time 10-20x
+the real compute for comparisons. Everything is a function of the
+configuration and the seed, so runs repeat.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import ConfigError
+
+
+@dataclass(frozen=True)
+class Straggle:
+    worker: int
+    start: int       # first slowed iteration
+    length: int      # iterations slowed
+    factor: float
+
+    def covers(self, iteration: int) -> bool:
+        return self.start <= iteration < self.start + self.length
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    """Modelled seconds of one iteration on b samples: a + c * b**p."""
+
+    a: float
+    c: float
+    p: float = 1.0
+
+    def seconds(self, batch: int) -> float:
+        return self.a + self.c * batch ** self.p
+
+
+_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+_DEVICE_TIME_HELP = ("a duration such as 20ms (at batch-size, linear in the batch), or "
+                     "a=2ms,c=1ms,p=0.8 for a + c*b**p seconds (units s, ms, us; a, c >= 0, p > 0)")
+
+
+def _duration(text: str) -> float:
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*(s|ms|us)?\s*", text)
+    if not m:
+        raise ValueError(text)
+    value = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(text)
+    return value
+
+
+def parse_device_time(text: str, batch_size: int) -> DeviceTime | None:
+    """'20ms' -> 20 ms at `batch_size`, linear in b; 'a=..,c=..,p=..' -> the
+    general model; '' -> None (no emulated device time)."""
+    if not text:
+        return None
+    try:
+        if "=" not in text:
+            seconds = _duration(text)
+            if seconds <= 0:
+                raise ValueError(text)
+            return DeviceTime(0.0, seconds / batch_size, 1.0)
+        parts = dict(item.split("=", 1) for item in text.split(","))
+        if not parts or set(parts) - {"a", "c", "p"}:
+            raise ValueError(text)
+        p = float(parts.get("p", "1"))
+        model = DeviceTime(_duration(parts.get("a", "0")), _duration(parts.get("c", "0")), p)
+        if not (np.isfinite(p) and p > 0) or model.seconds(1) <= 0:
+            raise ValueError(text)
+        return model
+    except ValueError:
+        raise ConfigError("device_time", text, _DEVICE_TIME_HELP) from None
+
+
+def parse_stragglers(text: str, workers: int | None) -> list[Straggle]:
+    """'worker:start_iter:iters:factor[,...]' -> explicit transient stragglers
+    (workers None: the syntax only, before the number of workers is known)."""
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        parts = item.split(":")
+        try:
+            w, start, length, factor = int(parts[0]), int(parts[1]), int(parts[2]), float(parts[3])
+            if len(parts) != 4:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise ConfigError("straggler", text,
+                              "entries worker:start_iter:iters:factor, e.g. 3:20:30:4") from None
+        if (not 0 <= w < (workers if workers is not None else w + 1) or start < 0 or length < 1
+                or not math.isfinite(factor) or factor < 1):
+            top = f"in 0..{workers - 1}" if workers is not None else ">= 0"
+            raise ConfigError("straggler", item,
+                              f"worker {top}, start >= 0, iters >= 1, factor >= 1 (finite)")
+        out.append(Straggle(w, start, length, factor))
+    return out
+
+
+def random_stragglers(text: str, worker: int, seed: int):
+    """'rate:mean_iters:factor': each iteration not already slowed starts a
+    straggle with probability `rate`, lasting a geometric number of
+    iterations. An endless iterator of Straggles in iteration order (under
+    a global budget a worker's iteration count is not known in advance)."""
+    if not text:
+        return iter(())
+    rate, mean, factor = parse_random_stragglers(text)
+    return _random_straggles(np.random.default_rng([seed, worker, 0x57A6]), worker, rate, mean, factor)
+
+
+def _random_straggles(rng, worker, rate, mean, factor):
+    i = 0
+    while rate > 0:
+        if rng.random() < rate:
+            length = int(rng.geometric(1.0 / mean))
+            yield Straggle(worker, i, length, factor)
+            i += length
+        else:
+            i += 1
+
+
+def parse_random_stragglers(text: str) -> tuple[float, float, float] | None:
+    """'rate:mean_iters:factor' -> its three numbers (None for '')."""
+    if not text:
+        return None
+    try:
+        rate, mean, factor = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise ConfigError("random_stragglers", text, "rate:mean_iters:factor, e.g. 0.01:20:4") from None
+    # finite: an infinite mean or factor would stall a worker for ever
+    if not (0 <= rate <= 1 and 1 <= mean < math.inf and 1 <= factor < math.inf):
+        raise ConfigError("random_stragglers", text,
+                          "rate in [0,1], mean_iters >= 1, factor >= 1 (both finite)")
+    return rate, mean, factor
+
+
+class Slowdown:
+    """The slowdown of one worker, iteration by iteration."""
+
+    def __init__(self, config, worker: int, workers: int):
+        factors = config.slowdown_factors()
+        if factors and len(factors) != workers:
+            raise ConfigError("slowdown", config.slowdown,
+                              f"needs one factor per worker ({workers} workers)")
+        self.persistent = factors[worker] if factors else 1.0
+        self.straggles = [s for s in parse_stragglers(config.straggler, workers) if s.worker == worker]
+        self._random = random_stragglers(config.random_stragglers, worker, config.seed)
+        self._drawn = 0     # iterations the random straggles are drawn up to
+        self.device_time = config.device_time_model()
+
+    def _draw(self, iteration: int) -> None:
+        while self._drawn <= iteration:
+            s = next(self._random, None)
+            if s is None:
+                self._drawn = float("inf")
+                return
+            self.straggles.append(s)
+            self._drawn = s.start + s.length
+
+    def factor(self, iteration: int) -> float:
+        self._draw(iteration)
+        f = self.persistent
+        for s in self.straggles:
+            if s.covers(iteration):
+                f *= s.factor
+        return f
+
+    def starting(self, iteration: int) -> list[Straggle]:
+        self._draw(iteration)
+        return [s for s in self.straggles if s.start == iteration]
+
+    def target(self, iteration: int, batch: int, compute: float) -> float:
+        """Seconds this iteration's compute should take in all: the modelled
+        device time, or without a model the measured compute scaled."""
+        f = self.factor(iteration)
+        if self.device_time is None:
+            return f * compute
+        return f * self.device_time.seconds(batch)

@@ -1,0 +1,1 @@
+"""What goes to disk: the run log (HDF5, one reader) and checkpoint files."""

@@ -1,0 +1,246 @@
+"""Checkpoint files: what a checkpoint holds, on disk, and which one a job resumes from.
+
+One HDF5 file per checkpoint, <run>/checkpoints/ckpt-<step>.h5 (step =
+server 0's optimizer steps), written by rank 0 under a temporary name and
+renamed when complete; the newest KEEP are kept. It holds:
+
+- `meta` (JSON): the checkpoint's number and reason, the segment (job) that
+  wrote it, the training time, clocks and server steps at the cut, the
+  configuration, and the `identity` a resuming job must match (model,
+  dataset, parameter count, layout, ...);
+- `rank-<r>/state` (JSON) and `rank-<r>/<i>` (arrays): rank r's state, as
+  `encode` writes any nest of dicts, lists, scalars, numpy arrays and torch
+  tensors (mpips/runtime/checkpointer.py says what each role puts there);
+- attribute `sha256` over all of it, verified on load.
+
+A job whose run directory holds checkpoints of an unfinished run resumes
+from the newest (`find_resume`). One that cannot be read, fails its checksum
+or was made for another model or layout stops the job with one line naming
+the file and the problem (CheckpointError; a corrupt one is not skipped
+silently: the message says which older one deleting it would resume from).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+import torch
+
+KEEP = 2                # newest checkpoints kept
+FORMAT = "mpips-checkpoint-1"
+_NAME = re.compile(r"^ckpt-(\d+)\.h5$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from. `str()` is one line naming the file."""
+
+    def __init__(self, path: str, problem: str):
+        self.path = path
+        self.problem = problem
+        super().__init__(f"checkpoint {path}: {problem}")
+
+
+def checkpoint_dir(run_dir: str) -> str:
+    return os.path.join(run_dir, "checkpoints")
+
+
+def checkpoint_files(run_dir: str) -> list[str]:
+    """The run's checkpoints, oldest (fewest steps) first."""
+    folder = checkpoint_dir(run_dir)
+    found = []
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        m = _NAME.match(name)
+        if m:
+            found.append((int(m.group(1)), os.path.join(folder, name)))
+    return [path for _, path in sorted(found)]
+
+
+def identity(config, layout, parameters: int, iterations: int) -> dict:
+    """What a checkpoint must share with the job that resumes from it: the
+    model and data, the layout, and what the saved state's shape or meaning
+    depends on (the data partition follows the seed, a done worker's clock
+    the iterations)."""
+    return {"model": config.model, "dataset": config.dataset, "parameters": int(parameters),
+            "paradigm": config.paradigm, "optimizer": config.optimizer,
+            "compressor": config.compressor, "batch_size": config.batch_size, "seed": config.seed,
+            "iterations": int(iterations), "servers": layout.servers,
+            "group_servers": layout.group_servers, "workers": layout.workers}
+
+
+# --- states as JSON plus arrays ----------------------------------------------------
+
+def encode(state) -> tuple[str, list[np.ndarray]]:
+    """`state` (dicts, lists, numbers, strings, numpy arrays, torch tensors) as
+    JSON text plus the arrays it refers to by index."""
+    arrays: list[np.ndarray] = []
+
+    def enc(x):
+        if isinstance(x, torch.Tensor):
+            arrays.append(x.detach().cpu().numpy().copy())
+            return {"__tensor__": len(arrays) - 1}
+        if isinstance(x, np.ndarray):
+            arrays.append(np.array(x))
+            return {"__array__": len(arrays) - 1}
+        if isinstance(x, np.generic):
+            return x.item()
+        if isinstance(x, dict):
+            if all(isinstance(k, str) for k in x):
+                return {k: enc(v) for k, v in x.items()}
+            # e.g. torch's optimizer state, keyed by int: JSON would make the keys strings
+            return {"__items__": [[enc(k), enc(v)] for k, v in x.items()]}
+        if isinstance(x, (list, tuple)):
+            return [enc(v) for v in x]
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        raise TypeError(f"a checkpoint cannot hold a {type(x).__name__}")
+
+    return json.dumps(enc(state)), arrays
+
+
+def decode(text: str, arrays: list[np.ndarray]):
+    """The inverse of `encode`."""
+    def dec(x):
+        if isinstance(x, dict):
+            if len(x) == 1 and "__tensor__" in x:
+                return torch.from_numpy(np.array(arrays[x["__tensor__"]]))
+            if len(x) == 1 and "__array__" in x:
+                return np.array(arrays[x["__array__"]])
+            if len(x) == 1 and "__items__" in x:
+                return {dec(k): dec(v) for k, v in x["__items__"]}
+            return {k: dec(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [dec(v) for v in x]
+        return x
+
+    return dec(json.loads(text))
+
+
+# --- files --------------------------------------------------------------------------
+
+def _digest(meta_text: str, ranks: list[tuple[str, list[np.ndarray]]]) -> str:
+    h = hashlib.sha256(meta_text.encode())
+    for text, arrays in ranks:
+        h.update(text.encode())
+        for a in arrays:
+            a = np.ascontiguousarray(a)
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _text(ds) -> str:
+    return ds[()].tobytes().decode()
+
+
+def _bytes(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode(), dtype=np.uint8)
+
+
+def write_checkpoint(run_dir: str, meta: dict, ranks: list[tuple[str, list[np.ndarray]]]) -> str:
+    """One file for the whole cut (`ranks[r]` = rank r's encoded state),
+    renamed into place once complete; older ones beyond the newest KEEP go."""
+    folder = checkpoint_dir(run_dir)
+    os.makedirs(folder, exist_ok=True)
+    name = f"ckpt-{meta['step']:08d}.h5"
+    path, tmp = os.path.join(folder, name), os.path.join(folder, f".{name}.tmp")
+    meta_text = json.dumps(meta)
+    with h5py.File(tmp, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.create_dataset("meta", data=_bytes(meta_text))
+        for r, (text, arrays) in enumerate(ranks):
+            g = f.create_group(f"rank-{r}")
+            g.create_dataset("state", data=_bytes(text))
+            for i, a in enumerate(arrays):
+                g.create_dataset(str(i), data=a)
+        f.attrs["sha256"] = _digest(meta_text, ranks)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)   # atomic: a job killed meanwhile leaves the old ones intact
+    for old in checkpoint_files(run_dir)[:-KEEP]:
+        os.remove(old)
+    return path
+
+
+def read_checkpoint(path: str) -> tuple[dict, list[tuple[str, list[np.ndarray]]]]:
+    """(meta, per-rank encoded states), checksum verified; CheckpointError if not usable."""
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format") != FORMAT:
+                raise CheckpointError(path, f"not an mpips checkpoint (format {f.attrs.get('format')!r})")
+            meta_text = _text(f["meta"])
+            ranks = []
+            for r in range(sum(1 for k in f if k.startswith("rank-"))):
+                g = f[f"rank-{r}"]
+                arrays = [np.asarray(g[str(i)][()]) for i in range(len(g) - 1)]
+                ranks.append((_text(g["state"]), arrays))
+            stored = str(f.attrs["sha256"])
+    except CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - damaged HDF5 makes h5py raise almost anything
+        detail = " ".join(str(e).split())
+        raise CheckpointError(path, f"cannot be read ({type(e).__name__}: {detail})") from None
+    actual = _digest(meta_text, ranks)
+    if actual != stored:
+        raise CheckpointError(path, f"corrupt: its contents hash to sha256 {actual[:16]}..., "
+                                    f"written as {stored[:16]}...")
+    return json.loads(meta_text), ranks
+
+
+def check_compatible(path: str, meta: dict, mine: dict) -> None:
+    theirs = meta.get("identity", {})
+    diffs = [f"{k} {theirs.get(k)!r} there, {v!r} here" for k, v in mine.items() if theirs.get(k) != v]
+    if diffs:
+        raise CheckpointError(path, "made for another run: " + "; ".join(diffs)
+                              + " (resume with the same settings, or use another --run-dir)")
+
+
+def _run_attrs(run_dir: str) -> dict:
+    """run.h5's attributes (mpips/io/log.py), or {} where there is none."""
+    try:
+        with h5py.File(os.path.join(run_dir, "run.h5"), "r") as f:
+            return dict(f.attrs)
+    except (OSError, KeyError):
+        return {}
+
+
+@dataclass
+class Resume:
+    """The checkpoint a job continues from (read by rank 0)."""
+
+    path: str
+    meta: dict
+    ranks: list          # rank r's encoded state at index r
+    segment: int         # of the job that resumes
+
+
+def find_resume(run_dir: str, mine: dict) -> Resume | None:
+    """The newest checkpoint of an unfinished run in `run_dir`, verified and
+    checked against this job's identity; None to start afresh (no checkpoint,
+    or the run finished: as without checkpoints, running again starts over)."""
+    files = checkpoint_files(run_dir)
+    attrs = _run_attrs(run_dir)
+    if not files or attrs.get("status") == "finished":
+        return None
+    path = files[-1]
+    try:
+        meta, ranks = read_checkpoint(path)
+    except CheckpointError as e:
+        hint = (f"delete it to resume from {os.path.basename(files[-2])}" if len(files) > 1
+                else "delete it to start afresh")
+        raise CheckpointError(path, f"{e.problem}; {hint}") from None
+    check_compatible(path, meta, mine)
+    segment = max(int(attrs.get("segments", 1)), meta["segment"] + 1)
+    return Resume(path, meta, ranks, segment)
+
+
+def clear_checkpoints(run_dir: str) -> None:
+    """A fresh start: an earlier run's checkpoints here must never be resumed."""
+    folder = checkpoint_dir(run_dir)
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        if _NAME.match(name) or name.endswith(".h5.tmp"):
+            os.remove(os.path.join(folder, name))

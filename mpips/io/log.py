@@ -1,0 +1,458 @@
+"""The run log: HDF5 files written per rank, and the one reader of them.
+
+Layout of a run directory (the schema is documented in docs/log-schema.md):
+
+    run.h5          configuration, layout, versions, links to the rank files,
+                    and (at the end) the final parameters and the run's status
+    rank-<r>.h5     one per writing rank: tables `iterations` (workers),
+                    `applies` and `evaluations` (servers), `events` (all),
+                    `exchanges` (GSSP group servers)
+
+Writers append rows to resizable datasets and flush every few seconds in
+SWMR mode, so a job killed at any moment leaves files that open, holding the
+rows up to the last flush. Readers open with swmr=True for the same reason.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from typing import Any
+
+import h5py
+import numpy as np
+
+ITERATION = np.dtype([
+    ("worker", "i4"), ("iteration", "i8"), ("clock", "i8"), ("clock_gap", "i8"),
+    ("start", "f8"), ("wait", "f8"), ("pull", "f8"), ("compute", "f8"), ("slowdown", "f8"),
+    ("push", "f8"), ("batch", "i4"), ("scale", "f4"), ("lr_scale", "f4"),
+    ("staleness", "i8"), ("value_staleness", "f4"), ("value_staleness_bound", "f4"),
+    ("bytes_sent", "i8"), ("bytes_dense", "i8"), ("loss", "f4"), ("rejected", "i1"),
+    ("sample", "i8"), ("overrun", "i1"),
+])
+APPLY = np.dtype([
+    ("server", "i4"), ("time", "f8"), ("wait", "f8"), ("apply", "f8"), ("pushes", "i4"),
+    ("total_pushes", "i8"), ("step", "i8"), ("update_norm", "f4"), ("lr", "f4"), ("momentum", "f4"),
+])
+EVALUATION = np.dtype([
+    ("time", "f8"), ("epoch", "f8"), ("steps", "i8"), ("pushes", "i8"),
+    ("loss", "f4"), ("accuracy", "f4"),
+])
+EVENT = np.dtype([("time", "f8"), ("rank", "i4"), ("kind", h5py.string_dtype()),
+                  ("data", h5py.string_dtype())])
+# GSSP: one row per exchange of a group server with the global servers.
+EXCHANGE = np.dtype([
+    ("group", "i4"), ("time", "f8"), ("exchange", "i8"), ("pushes", "i4"), ("forwarded", "i8"),
+    ("duration", "f8"), ("synced", "i1"), ("flushed", "i1"), ("speed_rank", "i4"), ("ratio", "f4"),
+    ("bytes_sent", "i8"), ("bytes_dense", "i8"),
+])
+TABLES = {"iterations": ITERATION, "applies": APPLY, "evaluations": EVALUATION, "events": EVENT,
+          "exchanges": EXCHANGE}
+
+
+def rank_file(run_dir: str, rank: int, segment: int = 0) -> str:
+    """A rank's log file; a job resumed from a checkpoint (segment k > 0)
+    writes new files, so no segment's rows are overwritten."""
+    return os.path.join(run_dir, f"rank-{rank}.h5" if segment == 0 else f"rank-{rank}.s{segment}.h5")
+
+
+class RankLog:
+    """One rank's log file; rows are buffered and appended on `flush`."""
+
+    def __init__(self, path: str, rank: int, *, flush_seconds: float = 2.0, segment: int = 0):
+        self.rank = rank
+        self.flush_seconds = flush_seconds
+        self._file = h5py.File(path, "w", libver="latest")
+        self._file.attrs["rank"] = rank
+        self._file.attrs["segment"] = segment
+        self._sets = {name: self._file.create_dataset(name, shape=(0,), maxshape=(None,),
+                                                      dtype=dt, chunks=(256,))
+                      for name, dt in TABLES.items()}
+        self._rows: dict[str, list] = {name: [] for name in TABLES}
+        self._file.swmr_mode = True
+        self._last_flush = time.monotonic()
+
+    def row(self, table: str, *values) -> None:
+        self._rows[table].append(values)
+        if time.monotonic() - self._last_flush > self.flush_seconds:
+            self.flush()
+
+    def event(self, now: float, kind: str, **data: Any) -> None:
+        self.row("events", now, self.rank, kind, json.dumps(data, default=_json_default))
+
+    def flush(self) -> None:
+        for name, rows in self._rows.items():
+            if rows:
+                ds = self._sets[name]
+                n = ds.shape[0]
+                ds.resize((n + len(rows),))
+                ds[n:] = np.array(rows, dtype=TABLES[name])
+                rows.clear()
+        self._file.flush()
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        if self._file:
+            self.flush()
+            self._file.close()
+            self._file = None
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_run_header(run_dir: str, *, config: dict, layout: dict, versions: dict,
+                     ranks: list[int], segment: int = 0) -> None:
+    """run.h5 at the start: what was run, on what, and where the rank logs are.
+    A job resumed from a checkpoint (segment k > 0) adds to it: the settings
+    of the latest segment, `segments` = k + 1, links to its rank files."""
+    with h5py.File(os.path.join(run_dir, "run.h5"), "w" if segment == 0 else "a") as f:
+        f.attrs["config"] = json.dumps(config)
+        f.attrs["layout"] = json.dumps(layout)
+        f.attrs["versions"] = json.dumps(versions)
+        f.attrs["segments"] = segment + 1
+        if segment == 0:
+            f.attrs["started"] = time.time()
+        else:
+            for name in ("status", "status_reason"):   # running again
+                if name in f.attrs:
+                    del f.attrs[name]
+        for r in ranks:
+            name = os.path.basename(rank_file(run_dir, r, segment))
+            link = f"ranks/{name[:-3]}"
+            if link in f:
+                del f[link]
+            f[link] = h5py.ExternalLink(name, "/")
+
+
+def write_run_end(run_dir: str, *, wall_seconds: float, final_params: np.ndarray | None,
+                  status: str = "finished") -> None:
+    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
+        f.attrs["status"] = status
+        f.attrs["wall_seconds"] = wall_seconds
+        if final_params is not None:
+            if "final_params" in f:
+                del f["final_params"]
+            f.create_dataset("final_params", data=final_params)
+
+
+def set_status(run_dir: str, status: str, reason: str = "") -> None:
+    """Change the run's status after its end (e.g. `failed`: it did not train)."""
+    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
+        f.attrs["status"] = status
+        f.attrs["status_reason"] = reason
+
+
+def set_user_objects(run_dir: str, objects: dict[str, str]) -> None:
+    """What a run used instead of the configuration's model, dataset or loss
+    (mpips.train's objects), in words: the configuration's `model` and
+    `dataset` then do not describe the run."""
+    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
+        f.attrs["user_objects"] = json.dumps(objects)
+
+
+def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]
+                       ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Each table's rows from every segment of the run, less the rows a later
+    segment redid, and how many those were. Segment k resumed from a
+    checkpoint (its `segment` event holds the checkpoint's clocks, steps and
+    time), so an earlier segment's rows past that cut are work lost when the
+    job stopped."""
+    cuts = []
+    for _, events in parts["events"]:
+        for kind, data in zip(events["kind"], events["data"]):
+            if (kind.decode() if isinstance(kind, bytes) else kind) == "segment":
+                cut = json.loads(data.decode() if isinstance(data, bytes) else data)
+                if cut["segment"] > 0:
+                    cuts.append(cut)
+    tables, redone = {}, {}
+    for name, segments in parts.items():
+        kept = []
+        for segment, rows in segments:
+            keep = np.ones(len(rows), dtype=bool)
+            for cut in cuts:
+                if cut["segment"] > segment:
+                    keep &= _before_cut(name, rows, cut)
+            kept.append(rows[keep])
+        tables[name] = np.concatenate(kept) if kept else np.zeros(0, TABLES[name])
+        redone[name] = sum(len(rows) for _, rows in segments) - len(tables[name])
+    return tables, redone
+
+
+def _before_cut(table: str, rows: np.ndarray, cut: dict) -> np.ndarray:
+    if table == "iterations":
+        return rows["iteration"] < np.asarray(cut["clocks"])[rows["worker"]]
+    if table == "applies":
+        return rows["step"] <= np.asarray(cut["server_steps"])[rows["server"]]
+    if table == "evaluations":
+        return rows["steps"] <= cut["step"]
+    return rows["time"] <= cut["time"]
+
+
+class LogError(OSError):
+    """A run log that cannot be read at all (run.h5 damaged). `str()` is one line naming the file."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+
+
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _damage(path: str) -> str:
+    """Why an HDF5 file cannot be whole ('' if nothing is seen), checked
+    before HDF5 opens it: a SWMR reader retries a read past the end of a
+    truncated file for minutes. Superblock versions 2 and 3 (libver
+    "latest", as RankLog writes) hold the end-of-file address at byte 28;
+    a writer's flush puts the file's size there, so a shorter file lost
+    its end (a killed writer leaves it at least that long)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(36)
+    if len(head) < 36 or head[:8] != _HDF5_SIGNATURE:
+        return f"not an HDF5 file ({size} bytes)"
+    if head[8] in (2, 3) and head[9] == 8:
+        end = int.from_bytes(head[28:36], "little")
+        if size < end:
+            return f"truncated ({size} of {end} bytes)"
+    return ""
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
+class RunLog:
+    """Read a run directory. Everything that reads logs goes through this.
+
+    A damaged rank file (missing, truncated, unreadable) does not stop the
+    reading of the others: `files` and `problems` say what is missing, and
+    `completeness()` whether the run is whole. A damaged run.h5 is a LogError.
+    """
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        path = os.path.join(run_dir, "run.h5")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no run log here (is {run_dir} a run directory?)")
+        try:
+            with h5py.File(path, "r") as f:
+                self.config = json.loads(f.attrs["config"])
+                self.layout = json.loads(f.attrs["layout"])
+                self.versions = json.loads(f.attrs["versions"])
+                self.status = str(f.attrs.get("status", "incomplete"))
+                self.status_reason = str(f.attrs.get("status_reason", ""))
+                self.wall_seconds = float(f.attrs["wall_seconds"]) if "wall_seconds" in f.attrs else None
+                self._final = f["final_params"][...] if "final_params" in f else None
+                self.segments = int(f.attrs.get("segments", 1))
+                # mpips.train's own model, dataset, loss, in words ({}: the configuration's)
+                self.user_objects = json.loads(f.attrs.get("user_objects", "{}"))
+                # the rank files its jobs wrote (older logs: whatever is here)
+                expected = [k + ".h5" for k in f["ranks"]] if "ranks" in f else []
+        except Exception as e:  # noqa: BLE001 - damaged HDF5 or JSON raises many kinds
+            raise LogError(path, f"not a readable run log ({_one_line(e)})") from None
+        names = set(expected) | {os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "rank-*.h5"))}
+        self.files: dict[str, dict] = {}   # per rank file: present, problem, rows per table
+        parts = {name: [] for name in TABLES}
+        for name in sorted(names):
+            self.files[name] = self._read_rank_file(os.path.join(run_dir, name), parts)
+        self.problems = [f"{name} {info['problem']}" for name, info in self.files.items() if info["problem"]]
+        # rows per table left out: work lost since a checkpoint, redone after it
+        self._tables, self.redone = _without_lost_work(parts)
+
+    def _read_rank_file(self, path: str, parts: dict) -> dict:
+        info = {"present": os.path.exists(path), "problem": "", "rows": {}}
+        if not info["present"]:
+            info["problem"] = "missing"
+            return info
+        try:
+            info["problem"] = _damage(path)
+            if info["problem"]:
+                return info
+            tables = {}
+            with h5py.File(path, "r", swmr=True) as f:
+                segment = int(f.attrs.get("segment", 0))
+                for name in TABLES:
+                    if name in f:
+                        tables[name] = f[name][...]
+        except Exception as e:  # noqa: BLE001 - damaged HDF5 raises many kinds
+            info["problem"] = f"unreadable ({_one_line(e)})"
+            return info
+        info["rows"] = {name: len(rows) for name, rows in tables.items()}
+        if segment < self.segments:   # else left by an earlier job here that started afresh
+            for name, rows in tables.items():
+                parts[name].append((segment, rows))
+        return info
+
+    def completeness(self) -> dict[str, Any]:
+        """Whether the run is whole: finished, every rank file present and
+        readable, every worker's iterations logged (as many as the layout
+        promises); if not, `reason` says what is missing, in one line."""
+        reasons = [] if self.status == "finished" else [
+            f"status {self.status}" + (f" ({self.status_reason})" if self.status_reason else "")]
+        reasons += self.problems
+        it = self.iterations
+        total = int(self.layout.get("total_samples") or 0)
+        promised, rows, samples = None, {}, None
+        if total:
+            # a global budget (mpips/runtime/budget.py): the workers' iterations vary,
+            # their samples add up to the budget (unless a time limit cut it)
+            samples = int(it["batch"].sum())
+            if samples < total and not self.config.get("time_limit"):
+                reasons.append(f"samples logged {samples} of {total}")
+        elif self.layout.get("iterations_per_worker") is not None:
+            promised = int(self.layout["iterations_per_worker"])
+            rows = {w: int((it["worker"] == w).sum()) for w in range(int(self.layout["workers"]))}
+            short = [f"{w} ({n} of {promised})" for w, n in rows.items() if n < promised]
+            if short:
+                reasons.append("iterations logged of workers " + ", ".join(short))
+        return {"complete": not reasons, "reason": "; ".join(reasons), "files": self.files,
+                "iterations_promised": promised, "iterations_logged": rows,
+                "samples_promised": total or None, "samples_logged": samples}
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(os.path.normpath(self.run_dir))
+
+    @property
+    def paradigm(self) -> str:
+        return self.config["paradigm"]
+
+    @property
+    def iterations(self) -> np.ndarray:
+        return self._tables["iterations"]
+
+    @property
+    def applies(self) -> np.ndarray:
+        return self._tables["applies"]
+
+    @property
+    def exchanges(self) -> np.ndarray:
+        return self._tables["exchanges"]
+
+    @property
+    def evaluations(self) -> np.ndarray:
+        e = self._tables["evaluations"]
+        return e[np.argsort(e["time"], kind="stable")]
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        """Events as dicts (time, rank, kind, and the event's own fields), in time order."""
+        out = []
+        for t, rank, k, data in self._tables["events"]:
+            k = k.decode() if isinstance(k, bytes) else k
+            if kind is None or k == kind:
+                d = json.loads(data.decode() if isinstance(data, bytes) else data)
+                out.append({"time": float(t), "rank": int(rank), "kind": k, **d})
+        return sorted(out, key=lambda e: e["time"])
+
+    def final_params(self) -> np.ndarray | None:
+        return self._final
+
+    # pandas ------------------------------------------------------------------
+    # The same tables as pandas DataFrames, one row per logged row, columns as
+    # in docs/log-schema.md (pandas is imported on first use: ranks that only
+    # write logs never pay for it). The numpy accessors above stay the API
+    # the runtime, the tests and the simulator use.
+    def frame(self, table: str):
+        """One table as a DataFrame: iterations, applies, evaluations (in time
+        order), exchanges, or events (time, rank, kind, then the union of the
+        events' own fields; NaN where an event has none)."""
+        import pandas as pd
+
+        if table == "events":
+            events = self.events()
+            return pd.DataFrame(events, columns=None if events else ["time", "rank", "kind"])
+        if table not in TABLES:
+            raise KeyError(f"no table {table!r}; tables: {', '.join(TABLES)}")
+        rows = self.evaluations if table == "evaluations" else self._tables[table]
+        return pd.DataFrame({name: rows[name] for name in rows.dtype.names})
+
+    def frames(self) -> dict:
+        """Every table as a DataFrame, by name."""
+        return {name: self.frame(name) for name in TABLES}
+
+    @property
+    def iterations_df(self):
+        return self.frame("iterations")
+
+    @property
+    def applies_df(self):
+        return self.frame("applies")
+
+    @property
+    def evaluations_df(self):
+        return self.frame("evaluations")
+
+    @property
+    def events_df(self):
+        return self.frame("events")
+
+    @property
+    def exchanges_df(self):
+        return self.frame("exchanges")
+
+    def summary(self) -> dict[str, Any]:
+        """The run in one flat dict (what `python -m mpips info --json` prints)."""
+        it, ev, ap = self.iterations, self.evaluations, self.applies
+        wall = self.wall_seconds
+        if wall is None:
+            ends = [it["start"] + it["wait"] + it["pull"] + it["compute"] + it["push"]] if len(it) else []
+            wall = float(max([e.max() for e in ends] + list(ev["time"][-1:]) + [0.0]))
+        server0 = ap[ap["server"] == 0]
+        steps = int(server0["step"].max()) if len(server0) else 0
+        pushes = int(server0["total_pushes"].max()) if len(server0) else 0
+        busy = {}
+        for w in np.unique(it["worker"]):
+            rows = it[it["worker"] == w]
+            span = float((rows["start"] + rows["wait"] + rows["pull"] + rows["compute"]
+                          + rows["push"]).max() - rows["start"].min())
+            busy[int(w)] = float(rows["wait"].sum()) / span if span > 0 else 0.0
+        samples = int(it["batch"][it["rejected"] == 0].sum()) if len(it) else 0
+        whole = self.completeness()
+        return {
+            "run": self.name,
+            "paradigm": self.paradigm,
+            "status": self.status,
+            "complete": whole["complete"],
+            "reason": whole["reason"],
+            "servers": self.layout["servers"],
+            "workers": self.layout["workers"],
+            "epochs": self.config["epochs"],
+            "final_accuracy": float(ev["accuracy"][-1]) if len(ev) else None,
+            "best_accuracy": float(ev["accuracy"].max()) if len(ev) else None,
+            "final_loss": float(ev["loss"][-1]) if len(ev) else None,
+            "updates": steps,
+            "pushes": pushes,
+            "iterations": int(len(it)),
+            "samples": samples,
+            "wall_seconds": wall,
+            "updates_per_second": steps / wall if wall else 0.0,
+            "samples_per_second": samples / wall if wall else 0.0,
+            "mean_wait_fraction": float(np.mean(list(busy.values()))) if busy else 0.0,
+            "mean_staleness": float(it["staleness"].mean()) if len(it) else 0.0,
+            "max_staleness": int(it["staleness"].max()) if len(it) else 0,
+            "max_clock_gap": int(it["clock_gap"].max()) if len(it) else 0,
+            "rejected_pushes": int(it["rejected"].sum()) if len(it) else 0,
+            "bytes_sent": int(it["bytes_sent"].sum()) if len(it) else 0,
+            "device_time_overruns": int(it["overrun"].sum()) if len(it) else 0,
+        }
+
+    def time_to_accuracy(self, target: float) -> float | None:
+        """Seconds until an evaluation first reached `target` (None if never)."""
+        ev = self.evaluations
+        hit = np.flatnonzero(ev["accuracy"] >= target)
+        return float(ev["time"][hit[0]]) if hit.size else None
+
+    def epochs_to_accuracy(self, target: float) -> float | None:
+        """Epochs of samples pushed until an evaluation first reached `target`
+        (None if never): the statistical side of time to accuracy, which a
+        loaded machine's timing noise does not touch."""
+        ev = self.evaluations
+        hit = np.flatnonzero(ev["accuracy"] >= target)
+        return float(ev["epoch"][hit[0]]) if hit.size else None

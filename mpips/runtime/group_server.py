@@ -1,0 +1,209 @@
+"""A GSSP group server: its group's parameter server, and the group's link
+to the global servers.
+
+Inside the group it is the ordinary `Server` loop over the group's windows
+(a full copy of the parameters, the group's control table): each push is
+applied when it arrives, with the configured optimizer. Every k pushes
+(`exchange_every`, default the group size), and once more with the group's
+last push, it exchanges with the global servers and waits for nothing:
+
+- it pushes its progress since the last exchange (`GroupDelta`, GDTopK-
+  compressed when configured) as the gradient -delta; the global servers'
+  optimizer is SGD with learning rate 1 and nothing else, so whenever it
+  arrives the global parameters move by +delta;
+- it pushes into its own slot on the global servers, which holds one delta:
+  it first waits until they took the previous one (they apply whatever
+  arrived, so this is short), and then, with every earlier delta applied,
+  pulls the global parameters and continues from them (plus what they do
+  not hold yet). `synced` is still checked and logged.
+
+Pushes landing in its gradient window meanwhile wait there for its next step.
+
+Checkpoints (mpips/runtime/checkpointer.py): it passes a request from the global
+table down to its group's, stops once its workers have, and hands the
+global GO down. Its workers wait for its DONE, which it writes only once the
+global servers have finished, so a group that is done still takes part.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..paradigms.compress import SparseGrad, make_compressor, speed_ranks
+from .context import Context
+from ..paradigms.grouping import GroupSpeed
+from .group_delta import GroupDelta
+from ..paradigms.base import SLOT_GROUP_SPEED_RANK
+from .server import Server
+from .state import W, publish_client_row
+
+# A group server's row in the global control table is a worker row whose
+# CLOCK counts the worker pushes it has forwarded (so the global servers'
+# epochs and evaluation schedule count worker pushes), and:
+EXCHANGES = W.EXTRA0     # exchanges so far
+EPOCH_TIME = W.EXTRA1    # its group's speed: GroupSpeed.time (s)
+
+
+class GroupServer(Server):
+    """`ctx` is the group level (its windows), `up` the global level."""
+
+    def __init__(self, ctx: Context, up: Context, *, group: int, members: list[int],
+                 speed: GroupSpeed, speed_rank: int):
+        super().__init__(ctx)
+        self.s = 0                  # the one server of its group's table (ctx.index is the group)
+        self.up = up
+        self.g = group
+        self.members = members
+        self.k = ctx.config.exchange_every or len(members)
+        self.speed = speed
+        self.speed_rank = speed_rank
+        compressor = None
+        if ctx.config.compressor != "none":
+            compressor = make_compressor(ctx.config, stream=ctx.layout.workers + group)
+        self.delta = GroupDelta(ctx.store.shard, compressor)
+        self.pulled = np.empty_like(ctx.store.shard)
+        self.neg = np.empty_like(ctx.store.shard)
+        self.since = 0              # worker pushes applied since the last exchange
+        self.forwarded = 0          # worker pushes whose progress went up
+        self.exchanges = 0
+        self.flushed_epochs = 0     # group epochs whose end flushed the residual
+        self.exchange_times = [0.0, 0.0]
+        self.sent_final = False
+
+    def start(self) -> None:
+        """Before the clock starts: the group's speed rank for its workers,
+        and this group's row for the other group servers to rank against."""
+        self.ctx.control.write(SLOT_GROUP_SPEED_RANK, [self.speed_rank])
+        self.publish_up(done=False, duration=0.0, pushes=0)
+
+    def run(self) -> None:
+        """Serve the group; then, until the global servers finish, go on
+        relaying checkpoints for the group's done workers."""
+        up, checkpoints = self.up, self.ctx.checkpointer
+        self.serve()
+        if not self.sent_final:
+            # the members' done flags came after their last push (a global
+            # budget's worker learns it is done at a claim): the last exchange
+            self.exchange(final=True)
+
+        def stop():
+            checkpoints.relay(up, self.ctx)
+            self.halt()
+
+        up.wait_for_servers_done(stop=stop)
+        self.publish(done=True)
+        self.ctx.log.flush()
+
+    def control_duties(self, view) -> None:
+        self.ctx.checkpointer.relay(self.up, self.ctx)
+
+    def halt(self) -> None:
+        """Acknowledge in its global row, take GO from the global table to the group's."""
+        up = self.up
+        up.checkpointer.halt(up, self.state, ack=up.control.worker_offset(self.g, W.HALTED),
+                             group=self.ctx)
+
+    def state(self) -> dict:
+        compressor = self.delta.compressor
+        return {**super().state(), "base": self.delta.base.copy(),
+                "compressor": compressor.state() if compressor is not None else None,
+                "since": self.since, "forwarded": self.forwarded, "exchanges": self.exchanges,
+                "flushed_epochs": self.flushed_epochs, "exchange_times": list(self.exchange_times),
+                "sent_final": self.sent_final,
+                "speed_rank": self.speed_rank, "speed": self.speed.state()}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)   # the parameters (the delta's `params`) among them
+        self.delta.base[:] = state["base"]
+        if self.delta.compressor is not None:
+            self.delta.compressor.load_state(state["compressor"])
+        self.since, self.forwarded = int(state["since"]), int(state["forwarded"])
+        self.exchanges, self.flushed_epochs = int(state["exchanges"]), int(state["flushed_epochs"])
+        self.exchange_times = [float(t) for t in state["exchange_times"]]
+        # a group done before the cut sent its final exchange then: not again
+        self.sent_final = bool(state["sent_final"])
+        self.speed_rank = int(state["speed_rank"])
+        self.speed.load_state(state["speed"])
+
+    def apply(self, view, waited: float) -> None:
+        before = self.pushes
+        super().apply(view, waited)
+        self.since += self.pushes - before
+        self.speed.observe(view.clocks, view.push_times)
+        last = bool(view.done.all())  # other groups' rows read as done; ours now all applied
+        if last or self.since >= self.k:
+            self.exchange(final=last)
+
+    def exchange(self, *, final: bool) -> None:
+        ctx, up = self.ctx, self.up
+        t = ctx.clock.perf_counter()
+        # its slot on the global servers holds one delta: the previous one taken first
+        up.wait_for_slot(self.g, self.forwarded)
+        snap = up.control.read()
+        rank = self._update_speed_rank(up.control.worker_rows(snap)[:, EPOCH_TIME])
+        epochs = self.pushes // ctx.epoch_pushes
+        flush = final or epochs > self.flushed_epochs
+        self.flushed_epochs = epochs
+        compressor = self.delta.compressor
+        # the paradigm decides the group's ratio as for its workers (-1: the group server)
+        ratio = ctx.paradigm.compression(-1, ctx.view(), epoch=epochs + 1) if compressor else None
+        if ratio is not None:
+            compressor.set_ratio(*ratio)
+        # The row first, then the pull: if every earlier delta is applied,
+        # the parameters read after hold them all.
+        synced = up.control.view(snap, ctx.now()).applied[self.g] >= self.forwarded
+        if synced:
+            up.store.pull(self.pulled)
+        payload = self.delta.take(flush=flush)
+        # A final exchange with no new worker push carries only the compressor's
+        # residual: it counts as one forwarded push, so the global servers apply it.
+        counted = self.since or int(final and compressor is not None)
+        slot = {"row": self.g, "number": self.forwarded + counted}   # the row's CLOCK after it
+        if isinstance(payload, SparseGrad):
+            up.store.push_sparse(payload.indices, -payload.values, **slot)
+            sent = payload.nbytes
+        else:
+            np.negative(payload, out=self.neg)
+            up.store.push(self.neg, **slot)
+            sent = 4 * payload.size
+        self.delta.rebase(self.pulled if synced else None)
+        if synced:
+            ctx.store.publish()
+        pushes, self.since = self.since, 0
+        self.forwarded += counted
+        self.sent_final = final
+        self.exchanges += 1
+        duration = ctx.clock.perf_counter() - t
+        self.publish_up(done=final, duration=duration, pushes=pushes)
+        ctx.log.row("exchanges", self.g, ctx.now(), self.exchanges, pushes, self.forwarded,
+                    duration, int(synced), int(flush), rank,
+                    getattr(compressor, "ratio", 1.0), sent, 4 * ctx.store.shard.size)
+
+    def _update_speed_rank(self, epoch_times: np.ndarray) -> int:
+        """This group's speed rank among the groups' published epoch times,
+        once every group has one (until then, the rank from profiling); a
+        change is published to its workers and logged."""
+        if (epoch_times > 0).all():
+            rank = speed_ranks(epoch_times)[self.g]
+            if rank != self.speed_rank:
+                self.speed_rank = rank
+                self.ctx.control.write(SLOT_GROUP_SPEED_RANK, [rank])
+                self.ctx.log.event(self.ctx.now(), "group_speed_rank", group=self.g,
+                                   speed_rank=rank, epoch_times=epoch_times)
+        return self.speed_rank
+
+    def publish_up(self, *, done: bool, duration: float, pushes: int) -> None:
+        """This group server's row in the global table (after its push is
+        flushed, so a global server that sees the count sees the push)."""
+        ctx = self.ctx
+        now = ctx.now()
+        if pushes:
+            self.exchange_times = [now, self.exchange_times[0]]
+        members = ctx.control.worker_rows(ctx.control.read())[self.members]
+        extras = np.zeros(EPOCH_TIME - W.EXTRA0 + 1)
+        extras[EXCHANGES - W.EXTRA0] = self.exchanges
+        extras[EPOCH_TIME - W.EXTRA0] = np.nan_to_num(self.speed.time)  # 0: not measured yet
+        # the progress line's wait share is the mean over these rows
+        publish_client_row(self.up.control, self.g, clock=self.forwarded, push_times=self.exchange_times,
+                           busy=duration, done=done, wait_total=members[:, W.WAIT_TOTAL].mean(),
+                           elapsed=members[:, W.ELAPSED].mean(), samples=members[:, W.SAMPLES].sum(),
+                           extras=extras)

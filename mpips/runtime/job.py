@@ -1,0 +1,331 @@
+"""Start a job: agree on the set-up, split roles, make the windows, run each role."""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from .. import __version__
+from ..io.checkpoint import CheckpointError, find_resume
+from ..io.checkpoint import identity as checkpoint_identity
+from .checkpointer import Checkpointer, Preempted
+from ..config import Config, ConfigError
+from .context import Context
+from .budget import SharedBudget, ShardBudget
+from ..training.data import DataError, GlobalStream, WorkerShard, load_dataset
+from ..training.flatmodel import FlatModel
+from .evaluator import Evaluator
+from .layout import EVALUATOR, SERVER, WORKER, make_layout
+from .levels import run_two_levels
+from ..io.log import RankLog, rank_file, set_status, write_run_end, write_run_header
+from ..training.models import build_model, check_model, model_label
+from ..paradigms import make_paradigm
+from .server import Server
+from .state import G
+from .mpi_transport import ControlTable, ParameterStore
+from .wait import precise_sleeps
+from .worker import Worker
+
+
+class SetupError(Exception):
+    """Bad input found while setting up; every rank raises it with the same
+    one-line message, so the job ends cleanly instead of aborting."""
+
+
+class TrainingFailed(Exception):
+    """The run ended without training (every push rejected); every rank
+    raises it with the same one-line message after a clean end."""
+
+
+def default_run_dir(config: Config) -> str:
+    return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S") + f"-{config.paradigm}")
+
+
+def _agree(comm: MPI.Intracomm, fn):
+    """Run fn() on every rank; if any rank fails with bad input, all raise
+    SetupError with the first failing rank's message."""
+    try:
+        result, err = fn(), None
+    except (ConfigError, DataError, CheckpointError, OSError) as e:
+        result, err = None, str(e)
+    errors = comm.allgather(err)
+    first = next((e for e in errors if e), None)
+    if first:
+        raise SetupError(first)
+    return result
+
+
+def _writable_run_dir(run_dir: str) -> None:
+    """The run directory exists and takes files (an existing one may not: /proc)."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        probe = os.path.join(run_dir, f".mpips-probe-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise ConfigError("run_dir", run_dir, f"cannot write there ({e.strerror})") from None
+
+
+def _check_epoch_size(config: Config, paradigm, samples: int) -> None:
+    """A run sized in epochs of each worker's shard (budget per-worker) needs
+    an epoch of at least one round: a batch beyond a worker's shard would
+    make every "epoch" several passes."""
+    workers = paradigm.num_workers
+    if samples < workers:
+        raise ConfigError("workers", workers, f"more than the {samples} training samples of {config.dataset}")
+    if config.iterations or config.budget == "global":
+        return   # sized in iterations, or in samples of the whole set (mpips/runtime/budget.py): nothing to miscount
+    total, field = paradigm.round_samples(), paradigm.round_setting
+    if total <= samples:
+        return
+    if total == workers * config.batch_size and field == "batch_size":
+        raise ConfigError("batch_size", config.batch_size,
+                          f"must be <= {samples // workers}, a worker's share of the {samples} "
+                          f"training samples (an epoch); or size the run with --iterations")
+    raise ConfigError(field, getattr(config, field),
+                      f"a round of {total} samples exceeds the {samples} training samples "
+                      f"(an epoch); use a smaller batch, or --iterations")
+
+
+def _device(config: Config, comm: MPI.Intracomm) -> torch.device:
+    if config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError("device", "cuda", "no CUDA device visible to this rank; use cpu or auto")
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    index = local.Get_rank() % torch.cuda.device_count()
+    local.Free()
+    return torch.device("cuda", index)
+
+
+def versions() -> dict:
+    return {"mpips": __version__, "torch": torch.__version__, "numpy": np.__version__,
+            "mpi": MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip(),
+            "python": platform.python_version(), "host": platform.node()}
+
+
+def prepare(config: Config, layout, run_dir: str, *, first: bool, model=None, dataset=None):
+    """Everything a rank would otherwise find bad only later, alone, in a
+    worker or a server (where it can only abort the job), checked on every
+    rank so that bad input ends the job with one line: (data, model,
+    paradigm, a worker's iterations per epoch). `first` (rank 0) makes the
+    run directory, last: bad input elsewhere leaves none behind. `model`
+    and `dataset`: a user's objects (mpips.train) instead of the configuration's."""
+    config.check_workers(layout.workers)
+    try:
+        data = load_dataset(config) if dataset is None else dataset
+    except MemoryError:
+        raise ConfigError("dataset", config.dataset, "does not fit in this rank's memory") from None
+    torch.manual_seed(config.seed)
+    model = build_model(config.model if model is None else model, data.input_shape, data.num_classes)
+    check_model(model, config.model if model is None else model_label(model), data.x_train[:2], data.num_classes)
+    paradigm = make_paradigm(config, layout.workers)
+    _check_epoch_size(config, paradigm, len(data.y_train))
+    ipe = paradigm.iterations_per_epoch(len(data.y_train))
+    if first:
+        _writable_run_dir(run_dir)
+    return data, model, paradigm, ipe
+
+
+def sized(config: Config, paradigm, samples: int, ipe: float) -> tuple[int, float, int]:
+    """The run's length: (iterations, iterations per epoch, total samples).
+    A global budget is E passes over the training set by everyone
+    (mpips/runtime/budget.py); `iterations` then counts rounds of every worker's
+    batch, the unit in which paradigms count rounds and servers epochs."""
+    total_samples = 0
+    if config.budget == "global":
+        round_samples = paradigm.round_samples()
+        ipe = samples / round_samples
+        total_samples = (config.iterations * round_samples if config.iterations
+                         else max(1, round(config.epochs * samples)))
+        iterations = int(np.ceil(total_samples / round_samples))
+    else:
+        iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
+    return iterations, ipe, total_samples
+
+
+def announce(ctx: Context, size: int, versions: dict, **more) -> None:
+    """Rank 0: run.h5's header, and the job's one line on stdout."""
+    config, layout = ctx.config, ctx.layout
+    write_run_header(ctx.run_dir, config=config.to_dict(), versions=versions,
+                     layout={**layout.to_dict(), "world_size": size, "parameters": ctx.num_params,
+                             "evaluation": "evaluator" if layout.evaluators else "inline",
+                             "iterations_per_worker": ctx.iterations,
+                             "iterations_per_epoch": ctx.iterations_per_epoch,
+                             "total_samples": ctx.total_samples, **more},
+                     ranks=list(range(size)), segment=ctx.checkpointer.segment)
+    budget = (f"{ctx.total_samples} samples in all" if ctx.total_samples
+              else f"{ctx.iterations} iterations per worker")
+    print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
+          f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
+          f" | {config.model} on {config.dataset} ({ctx.num_params} parameters) | {budget}"
+          f" | run {ctx.run_dir}", flush=True)
+
+
+def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, dataset=None,
+          loss=None) -> str:
+    """Run one training job over `comm`; returns the run directory. `model`,
+    `dataset` (a data.Dataset), `loss`: a user's objects (mpips.train)."""
+    torch.set_num_threads(config.torch_threads)
+    precise_sleeps()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    layout = _agree(comm, lambda: make_layout(config, size))
+    config = config.with_workers(layout.workers)
+    role, index = layout.role(rank)
+
+    run_dir = comm.bcast(config.run_dir or default_run_dir(config) if rank == 0 else None)
+    config.run_dir = run_dir
+
+    data, model, paradigm, ipe = _agree(comm, lambda: prepare(config, layout, run_dir, first=rank == 0,
+                                                                model=model, dataset=dataset))
+    # Collective on every rank (it splits a node-local communicator); only workers use a GPU.
+    device = _agree(comm, lambda: _device(config, comm))
+    if role != WORKER:
+        device = torch.device("cpu")
+    flat = FlatModel(model, device)
+    iterations, ipe, total_samples = sized(config, paradigm, len(data.y_train), ipe)
+    paradigm.set_iterations(iterations)
+    # A run directory holding a checkpoint of this run: go on from it (mpips/runtime/checkpointer.py).
+    ident = checkpoint_identity(config, layout, flat.n, iterations)
+    found = _agree(comm, lambda: find_resume(run_dir, ident) if rank == 0 else None)
+    checkpointer = Checkpointer(comm, run_dir, config, ident, found)
+    segment = checkpointer.segment
+
+    role_comm = comm.Split(color={SERVER: 0, WORKER: 2, EVALUATOR: 3}.get(role, 1), key=rank)
+    store = ParameterStore(comm, layout.server_ranks, flat.n, clients=layout.clients,
+                           sparse=config.compressor != "none")
+    control = ControlTable(comm, layout.server_ranks[0], layout.clients, layout.servers)
+    t0 = comm.bcast(time.time() if rank == 0 else None)
+    comm.Barrier()  # run_dir exists before anyone opens a file in it
+    log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
+                  segment=segment)
+    ctx = Context(config=config, layout=layout, comm=comm, role_comm=role_comm, rank=rank,
+                  role=role, index=index, run_dir=run_dir, t0=t0, store=store, control=control,
+                  log=log, paradigm=paradigm, iterations=iterations, iterations_per_epoch=ipe,
+                  num_params=flat.n, checkpointer=checkpointer, total_samples=total_samples,
+                  budget_table=control, loss_fn=loss)
+    if rank == 0:
+        announce(ctx, size, versions())
+    checkpointer.begin(ctx)
+    preempted, failed = None, ""
+    try:
+        if layout.group_servers:  # a second level of servers (mpips/runtime/levels.py)
+            worker = run_two_levels(ctx, flat, data)
+        else:
+            worker = run_roles(ctx, flat, data)
+        failed = _check_trained(ctx, worker)
+    except Preempted as e:
+        preempted = e  # every rank stopped after the same checkpoint: end cleanly, then say so
+    finally:
+        log.close()
+        checkpointer.close()
+    store.free()
+    control.free()
+    role_comm.Free()
+    if preempted is not None:
+        raise preempted
+    if failed:
+        raise TrainingFailed(failed)
+    return run_dir
+
+
+def _check_trained(ctx: Context, worker) -> str:
+    """After the end barrier, on every rank: '' if the run trained, else why not."""
+    mine = np.array([worker.rejected, worker.clock] if worker is not None else [0, 0], dtype=np.int64)
+    rejected, pushes = (int(x) for x in ctx.comm.allreduce(mine))
+    return judge_training(ctx.run_dir, rejected, pushes, first=ctx.rank == 0)
+
+
+def judge_training(run_dir: str, rejected: int, pushes: int, *, first: bool) -> str:
+    """'' if the run trained, else why not (then run.h5 says `failed`, not
+    `finished`). Rejected pushes (NaN or Inf gradients) are never applied:
+    a run of nothing else made no update. `first`: the rank that says so."""
+    if not rejected:
+        return ""
+    if rejected < pushes:
+        if first:
+            print(f"mpips: warning: {rejected} of {pushes} pushes were rejected (NaN or Inf "
+                  f"gradients) and not applied", file=sys.stderr, flush=True)
+        return ""
+    why = (f"no update was made: all {pushes} pushes were rejected (NaN or Inf gradients); "
+           f"the run did not train (a smaller --lr?)")
+    if first:
+        set_status(run_dir, "failed", why)
+    return why
+
+
+def run_roles(ctx: Context, flat: FlatModel, data) -> Worker | None:
+    """Servers and workers over ctx's windows, from the start barrier to the end one
+    (group servers make the same collectives in levels.run_group_server)."""
+    body = start_role(ctx, flat, data)
+    ctx.comm.Barrier()  # parameters in place and every role ready: the clock starts
+    # (a resumed job's clock goes on from the checkpoint's training time)
+    ctx.t0 = ctx.comm.bcast(time.time() - ctx.checkpointer.elapsed if ctx.rank == 0 else None)
+    worker = body()
+    ctx.barrier("end of the run")
+    return worker
+
+
+def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | None]:
+    """This rank's role, set up before the clock starts (restored from a
+    checkpoint if there is one); returns its body, which runs it to the end
+    (a worker's body returns its Worker). The same for every transport:
+    job.run_roles runs it between MPI barriers, the simulator
+    (mpips/runtime/simulate.py) as one task of its scheduler."""
+    role, index = ctx.role, ctx.index
+    if role == SERVER:
+        lo, hi = ctx.store.bounds[index]
+        ctx.store.shard[:] = flat.flat_copy()[lo:hi]
+        ctx.store.publish()
+        inline = index == 0 and not ctx.layout.evaluators
+        evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if inline else None
+        server = Server(ctx, evaluator)
+        ctx.checkpointer.restore(ctx, server)
+
+        def serve():
+            server.run()
+            if evaluator is not None:
+                _finish(ctx, evaluator)
+        return serve
+    if role == WORKER:
+        worker = Worker(ctx, flat, worker_budget(ctx, data))
+        ctx.checkpointer.restore(ctx, worker)
+
+        def work():
+            worker.run()
+            ctx.wait_for_servers_done(stop=worker.stop_for_checkpoint)
+            return worker
+        return work
+    evaluator = Evaluator(ctx, flat, data.x_test, data.y_test)
+    ctx.checkpointer.restore(ctx, evaluator)
+
+    def evaluate():
+        evaluator.run()
+        _finish(ctx, evaluator)
+    return evaluate
+
+
+def worker_budget(ctx: Context, data):
+    """Where this worker's batches come from: claims on the global budget, or its shard."""
+    cfg = ctx.config
+    if cfg.budget == "global":
+        table = ctx.budget_table
+        return SharedBudget(GlobalStream(data.x_train, data.y_train, cfg.seed), ctx.total_samples,
+                            lambda n: table.add(G.CLAIMED, n), time_limit=cfg.time_limit, now=ctx.now)
+    shard = WorkerShard(data.x_train, data.y_train, ctx.index, ctx.layout.workers, cfg.seed)
+    return ShardBudget(shard, ctx.iterations, ctx.iterations_per_epoch)
+
+
+def _finish(ctx: Context, evaluator: Evaluator) -> None:
+    """The evaluating rank, after every server is done: final evaluation and parameters."""
+    ctx.wait_for_servers_done()
+    if evaluator.last_pushes != evaluator.applied()[1]:
+        evaluator.evaluate()
+    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=evaluator.current_params().copy())

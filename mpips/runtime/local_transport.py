@@ -1,0 +1,154 @@
+"""The in-process transport of `mpips simulate`: the shared state in numpy
+arrays, moved under a virtual clock.
+
+The same verbs as the MPI windows (mpips/runtime/mpi_transport.py): a `LocalParameterStore`
+pulls, pushes into a client's gradient slot, takes the pushed gradients and
+publishes; a `LocalControlTable` reads, writes and fetch-and-adds. Every role
+gets its own handle on one set of arrays (as every rank its own window
+object), and every write tells the scheduler that the shared state changed.
+
+Costs (the `Network` model, documented in docs/simulator.md): a pull or a
+push takes latency + bytes / bandwidth of virtual time, its data read or
+written at the end of it (a pull sees the parameters as they are when it
+completes), plus a seeded random delay of mean `--sim-jitter`; the shards
+of several servers move in parallel. Control-table operations (a few
+hundred bytes) and a server's apply take no virtual time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .scheduler import Scheduler
+from .state import SlotRows, TableLayout, shard_bounds, sum_slots
+
+
+@dataclass
+class Network:
+    """latency + bytes / bandwidth per pull or push, plus a seeded random
+    delay of mean `jitter` (exponential): real transfers and the work around
+    them (notifying, a server's apply) vary, and without it equally fast
+    workers would push at the same instant in every round, which no cluster
+    does (a server would then sum their pushes as one step:
+    benchmarks/results/sim_vs_mpi.md)."""
+
+    latency: float = 20e-6      # s per message
+    bandwidth: float = 10e9     # bytes/s
+    jitter: float = 0.0         # s, mean of the random extra delay
+    seed: int = 0
+
+    def __post_init__(self):
+        self._rng = np.random.default_rng([self.seed % (1 << 64), 0x7177E5])
+
+    def seconds(self, nbytes: int) -> float:
+        extra = self._rng.exponential(self.jitter) if self.jitter else 0.0
+        return self.latency + nbytes / self.bandwidth + extra
+
+
+class SharedParameters:
+    """The arrays behind every handle: per server its shard, one gradient
+    slot per client row and each slot's (push number, order key)."""
+
+    def __init__(self, n: int, servers: int, rows: list[int]):
+        self.n = n
+        self.bounds = shard_bounds(n, servers)
+        self.rows = list(rows)
+        self.shards = [np.zeros(hi - lo, np.float32) for lo, hi in self.bounds]
+        self.slots = [np.zeros((len(self.rows), hi - lo), np.float32) for lo, hi in self.bounds]
+        self.heads = [np.zeros((len(self.rows), 2), np.int64) for _ in self.bounds]
+
+
+class LocalParameterStore(SlotRows):
+    """One role's handle on `SharedParameters` (mpips/mpi_transport.ParameterStore's verbs).
+    `server`: the index of the server this role is, or None."""
+
+    def __init__(self, shared: SharedParameters, scheduler: Scheduler, network: Network, *,
+                 server: int | None, world_server_ranks: list[int], sparse: bool = False):
+        self._shared, self._scheduler, self._network = shared, scheduler, network
+        super().__init__(shared.rows)
+        self.n, self.bounds = shared.n, shared.bounds
+        self.server_ranks = list(range(len(shared.bounds)))
+        self.world_server_ranks = list(world_server_ranks)
+        self.sparse = sparse
+        self.shard_index = server
+        self.shard = shared.shards[server] if server is not None else np.zeros(0, np.float32)
+        self.count = self.shard.size
+
+    def pull(self, out: np.ndarray) -> None:
+        self._scheduler.sleep(self._network.seconds(4 * self.n))
+        self._scheduler.read(id(self._shared))
+        for shard, (lo, hi) in zip(self._shared.shards, self.bounds):
+            out[lo:hi] = shard
+
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
+        k = self.slot(row)
+        self._scheduler.sleep(self._network.seconds(4 * self.n))
+        for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
+            slots[k] = grad[lo:hi]
+        self._announce(k, number, key)
+
+    def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
+                    key: int = 0) -> None:
+        if not self.sparse:
+            raise RuntimeError("push_sparse into a ParameterStore made without sparse=True")
+        k = self.slot(row)
+        self._scheduler.sleep(self._network.seconds(8 * len(indices)))   # index and value
+        for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
+            a, b = np.searchsorted(indices, (lo, hi))
+            slots[k, indices[a:b] - lo] = values[a:b]
+        self._announce(k, number, key)
+
+    def _announce(self, k: int, number: int, key: int) -> None:
+        for heads in self._shared.heads:
+            heads[k] = number, key
+        self._scheduler.changed(id(self._shared))
+
+    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
+        if not self.count:
+            return 0
+        s = self.shard_index
+        return sum_slots(out, self._shared.slots[s], self._shared.heads[s], self._slot_of,
+                         clocks, consumed, sparse=self.sparse)
+
+    def publish(self) -> None:
+        self._scheduler.changed(id(self._shared))
+
+    def free(self) -> None:
+        pass
+
+
+class LocalControlTable(TableLayout):
+    """One role's handle on a control table held in one shared array."""
+
+    def __init__(self, table: np.ndarray, scheduler: Scheduler, workers: int, servers: int):
+        super().__init__(workers, servers)
+        if table.size != self.size:
+            raise ValueError(f"a table of {table.size} slots for {workers} workers and {servers} servers")
+        self._table, self._scheduler = table, scheduler
+
+    @classmethod
+    def shared(cls, workers: int, servers: int) -> np.ndarray:
+        """The array behind the handles of one table."""
+        return np.zeros(TableLayout(workers, servers).size)
+
+    def read(self) -> np.ndarray:
+        self._scheduler.read(id(self._table))
+        # a new array each time: `latest` is the last read, and whoever holds
+        # an earlier one keeps its snapshot (one copy instead of two)
+        self._snap = self._table.copy()
+        return self._snap
+
+    def write(self, offset: int, values) -> None:
+        vals = np.asarray(values, dtype=np.float64).reshape(-1)
+        self._table[offset:offset + len(vals)] = vals
+        self._scheduler.changed(id(self._table))
+
+    def add(self, offset: int, value: float) -> float:
+        before = float(self._table[offset])
+        self._table[offset] = before + value
+        self._scheduler.changed(id(self._table))
+        return before
+
+    def free(self) -> None:
+        pass

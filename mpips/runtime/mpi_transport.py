@@ -1,0 +1,227 @@
+"""The MPI transport: the shared state of a run in one-sided windows.
+
+Two classes, each owning its windows (after mpi4py.util.sync): the
+`ParameterStore` (the flat float32 parameters, sharded over the servers, and
+on each server one gradient slot per worker that the worker `Put`s into) and the
+`ControlTable` (a small float64 table on server 0 of per-worker and
+per-server counters). All windows are made with `Win.Allocate` (ENVIRONMENT.md:
+`Win.Create` does not progress) and every rank holds one `Lock_all` epoch on
+them for the whole run, completing operations with `Flush`. How the state is
+laid out and summed is mpips/runtime/state.py; the simulator's transport is
+mpips/runtime/local_transport.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from .state import SlotRows, TableLayout, shard_bounds, sum_slots
+
+_INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
+
+
+def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarray]:
+    """A window of `count` zeroed elements on this rank, collective over comm."""
+    itemsize = np.dtype(dtype).itemsize
+    info = MPI.Info.Create()
+    for k, v in _INFO.items():
+        info.Set(k, v)
+    win = MPI.Win.Allocate(count * itemsize, itemsize, info, comm)
+    info.Free()
+    mem = np.frombuffer(win.tomemory(), dtype=dtype, count=count) if count else np.zeros(0, dtype)
+    mem[:] = 0
+    return win, mem
+
+
+
+
+class ParameterStore(SlotRows):
+    """The flat parameter vector, sharded; pull with `Get`, push with `Put`
+    into the pusher's own gradient slot.
+
+    Collective over `comm`: every rank constructs it; only ranks in
+    `server_ranks` hold memory. Each server holds one gradient slot per
+    client row (`clients`: a count, or the row numbers that push, in order)
+    and a push number per slot. A client `push`es into its slot with `Put`
+    (no accumulate, no lock shared with other clients), then writes the
+    slot's push number and order key; a server `take_gradient`s by summing
+    the slots that hold unapplied pushes in the order of their keys (a
+    worker's key is where its batch starts in the global sample stream:
+    which worker claimed which batch of a BSP round depends on timing, the
+    set of batches does not), then of their rows, so a sum never depends on
+    arrival order (a BSP round is bit-reproducible) and taking is exact
+    (no (x + g) - x). A slot holds one push: before pushing again a client
+    waits until every server has taken its earlier pushes
+    (`Context.wait_for_slot`); that is the flow control of asynchronous
+    paradigms, and memory stays at one shard per client per server.
+
+    `sparse`: clients may `push_sparse` (top-k): a server then zeroes each
+    slot after taking it, so a sparse `Put` lands on zeros.
+    """
+
+    def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
+                 clients=None, sparse: bool = False):
+        self.comm = comm
+        self.server_ranks = list(server_ranks)
+        # for messages: the servers' ranks in COMM_WORLD (a GSSP group's comm numbers its own)
+        self.world_server_ranks = comm.Get_group().Translate_ranks(self.server_ranks, MPI.COMM_WORLD.Get_group())
+        self.n = n
+        self.bounds = shard_bounds(n, len(server_ranks))
+        if clients is None:
+            clients = comm.Get_size() - len(self.server_ranks)
+        super().__init__(range(clients) if isinstance(clients, (int, np.integer)) else clients)
+        self.sparse = sparse
+        rank = comm.Get_rank()
+        mine = self.server_ranks.index(rank) if rank in self.server_ranks else None
+        count = self.bounds[mine][1] - self.bounds[mine][0] if mine is not None else 0
+        self.count = count
+        slots = len(self.rows) if mine is not None else 0
+        self.shard_index = mine
+        self._param_win, self.shard = _allocate(comm, count, np.float32)
+        self._grad_win, grad_mem = _allocate(comm, slots * count, np.float32)
+        self._slots = grad_mem.reshape(slots, count)
+        self._head_win, heads = _allocate(comm, 2 * slots, np.int64)
+        self._heads = heads.reshape(slots, 2)    # per slot: push number, order key
+        comm.Barrier()  # every slot is zeroed before anyone can push into it
+        for win in (self._param_win, self._grad_win, self._head_win):
+            win.Lock_all()
+        self._head = np.zeros(2, np.int64)
+
+    # worker side ------------------------------------------------------------
+    def pull(self, out: np.ndarray) -> None:
+        """Read every shard into `out` (float32, length n)."""
+        for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
+            if hi > lo:
+                self._param_win.Get([out[lo:hi], MPI.FLOAT], rank, (0, hi - lo, MPI.FLOAT))
+        self._param_win.Flush_all()
+
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
+        """Put `grad` (float32, length n) into row's slot on every server, as
+        its push `number` (the row's clock once this push is counted), to be
+        summed in the order of `key`, then of rows. The slot must be free
+        (every server took the row's earlier pushes)."""
+        k = self.slot(row)
+        for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
+            if hi > lo:
+                self._grad_win.Put([grad[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
+        self._grad_win.Flush_all()
+        self._announce(k, number, key)
+
+    def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
+                    key: int = 0) -> None:
+        """Put values at global `indices` (sorted, int) only, into a slot of
+        zeros (`sparse=True`): an indexed target datatype sends the k values,
+        not a dense vector of zeros."""
+        if not self.sparse:
+            raise RuntimeError("push_sparse into a ParameterStore made without sparse=True")
+        k = self.slot(row)
+        for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
+            a, b = np.searchsorted(indices, (lo, hi))
+            if b > a:
+                local = (indices[a:b] - lo + k * (hi - lo)).astype(np.int32)
+                dtype = MPI.FLOAT.Create_indexed_block(1, local).Commit()
+                self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
+                                   rank, (0, 1, dtype))
+                self._grad_win.Flush(rank)
+                dtype.Free()
+        self._announce(k, number, key)
+
+    def _announce(self, k: int, number: int, key: int) -> None:
+        """The slot's push number and key, after its data is complete at
+        every server (a server sums a slot only when its number is the row's clock)."""
+        self._head[:] = number, key
+        for rank in self.server_ranks:
+            self._head_win.Put([self._head, MPI.INT64_T], rank, (2 * k, 2, MPI.INT64_T))
+        self._head_win.Flush_all()
+
+    # server side ------------------------------------------------------------
+    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
+        """Sum into `out` the pushes counted in `clocks` and not in `consumed`
+        (per row of the control table), in the order of their keys, then
+        rows; returns how many.
+
+        A row's slot holds its latest push, numbered with the clock that
+        counts it (a worker's clock counts pushes; a GSSP group server's
+        counts the worker pushes a delta carries). A counted push whose slot
+        does not hold its number was never written (rejected, NaN/Inf) and
+        adds nothing. Called with the clocks read after the pushes were
+        flushed (a client ticks after pushing).
+        """
+        if not self.count:
+            return 0
+        self._head_win.Sync()
+        self._grad_win.Sync()
+        summed = sum_slots(out, self._slots, self._heads, self._slot_of, clocks, consumed,
+                           sparse=self.sparse)
+        if self.sparse:
+            self._grad_win.Sync()
+        return summed
+
+    def publish(self) -> None:
+        """Make local writes to `shard` visible to remote Gets."""
+        self._param_win.Sync()
+
+    def pending(self) -> dict:
+        """A copy of the slots and their push numbers (a server's slots hold
+        what was pushed to it and not taken yet). For a checkpoint, taken
+        while no push is in flight."""
+        self._grad_win.Sync()
+        self._head_win.Sync()
+        return {"slots": self._slots.copy(), "heads": self._heads.copy()}
+
+    def restore_pending(self, state: dict) -> None:
+        """Put back `pending()` of a checkpoint, before anyone pushes."""
+        if not isinstance(state, dict) or set(state) != {"slots", "heads"}:
+            raise ValueError("the checkpoint's pending gradient is not per-worker slots "
+                             "(written by an mpips before exact pushes): start the run afresh")
+        self._slots[:] = state["slots"]
+        self._heads[:] = state["heads"]
+        self._grad_win.Sync()
+        self._head_win.Sync()
+
+    def free(self) -> None:
+        for win in (self._param_win, self._grad_win, self._head_win):
+            win.Unlock_all()
+            win.Free()
+
+
+class ControlTable(TableLayout):
+    """Per-worker and per-server counters in one float64 window on server 0.
+
+    Each slot has one writer (a worker its row, a server its row), so writes
+    are plain `Accumulate(REPLACE)` without locks; readers take the whole
+    table with one `Get` (a few hundred bytes).
+    """
+
+    def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int):
+        super().__init__(workers, servers)
+        self.comm = comm
+        self.home = home
+        count = self.size if comm.Get_rank() == home else 0
+        self._win, _ = _allocate(comm, count, np.float64)
+        comm.Barrier()
+        self._win.Lock_all()
+        self._one = np.zeros(1)
+
+    def read(self) -> np.ndarray:
+        """One consistent-enough copy of the whole table (each slot atomic)."""
+        self._win.Get([self._snap, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
+        self._win.Flush(self.home)
+        return self._snap.copy()
+
+    def write(self, offset: int, values) -> None:
+        vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
+        self._win.Accumulate([vals, MPI.DOUBLE], self.home, (offset, len(vals), MPI.DOUBLE), MPI.REPLACE)
+        self._win.Flush(self.home)
+
+    def add(self, offset: int, value: float) -> float:
+        """Atomic fetch-and-add; returns the value before."""
+        self._one[0] = value
+        result = np.zeros(1)
+        self._win.Fetch_and_op([self._one, MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
+        self._win.Flush(self.home)
+        return float(result[0])
+
+    def free(self) -> None:
+        self._win.Unlock_all()
+        self._win.Free()

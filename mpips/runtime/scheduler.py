@@ -1,0 +1,185 @@
+"""A deterministic discrete-event scheduler in virtual time, for `mpips simulate`.
+
+Every role of a job is a task (a greenlet) running the same blocking code
+as under MPI; one task runs at a time, and it runs until it sleeps, waits or
+ends. Sleeps advance virtual time (a heap of wake-up times, ties in the order
+the sleeps were asked for); a wait whose condition is false parks the task
+until the shared state changes (the in-process transport calls `changed()` on
+every write) and every task due at the current instant has run, then checks
+again; a wait is woken only by writes to what its last check read (a GSSP
+group's table, not another group's), else every write would wake every
+parked task. Nothing depends on the wall clock or on thread timing, so a run is
+bit-reproducible, and a wait that can never end is found at once: no task
+can run, none sleeps, and the stall names what each waiting task waits for.
+
+Why greenlets: the roles are ordinary blocking code (mpips/runtime/worker.py polls
+its gate in a loop, deep in calls), so a scheduler must suspend a task in
+the middle of a call stack. Generators (or SimPy, built on them) would make
+every function on that path a generator and the roles different from the MPI
+ones; threads passing a baton cost tens of microseconds per switch in the
+GIL's hand-off. A greenlet switch costs about a microsecond (the benchmark:
+benchmarks/simulator.py).
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Callable
+
+import greenlet
+import torch
+
+from .wait import StallError
+
+
+class TaskFailed(RuntimeError):
+    """A task raised: the whole simulation ends, naming the task."""
+
+
+class Task:
+    def __init__(self, name: str, body: Callable[[], object], scheduler: "Scheduler"):
+        self.name = name
+        self.result = None
+        self.waiting_for: tuple[str, Callable[[], str]] | None = None
+        # torch's grad mode is per thread, and every task runs in this one: a
+        # task that sleeps inside `torch.no_grad()` (an evaluation's pull)
+        # must not leave it off for the next
+        self.grad_enabled = True
+        self.reads: set[int] = set()   # the sources its last readiness check read
+        self.parked = 0                # the number of its current park, 0 when not parked
+
+        def run():
+            self.result = body()
+
+        self.greenlet = greenlet.greenlet(run, parent=scheduler._main)
+
+
+class Scheduler:
+    """Run tasks in virtual time; `clock` is the roles' view of it (mpips/runtime/clock.py)."""
+
+    def __init__(self):
+        self.now = 0.0
+        self._main = greenlet.getcurrent()
+        self._runnable: deque[Task] = deque()
+        self._timers: list[tuple[float, int, Task]] = []
+        self._parked: dict[Task, int] = {}                 # parked task -> its park number
+        self._by_source: dict[int, list[tuple[Task, int]]] = {}
+        self._dirty: set[int] = set()
+        self._seq = 0
+        self.current: Task | None = None
+        self.switches = 0     # task resumptions: the simulator's own work (benchmarks/simulator.py)
+        self.clock = VirtualClock(self)
+
+    def spawn(self, name: str, body: Callable[[], object]) -> Task:
+        task = Task(name, body, self)
+        self._runnable.append(task)
+        return task
+
+    def changed(self, source: int) -> None:
+        """`source` (a table, a parameter store) changed: the waits that read
+        it check again (once every task due now has run, so one check sees
+        all of this instant's writes)."""
+        self._dirty.add(source)
+
+    def read(self, source: int) -> None:
+        """The running task read `source`."""
+        if self.current is not None:
+            self.current.reads.add(source)
+
+    def _wake(self) -> None:
+        """Make runnable, in the order they parked, the parked tasks that read a changed source."""
+        woken = {}
+        for source in (*self._dirty, ANY):
+            for task, number in self._by_source.pop(source, ()):
+                if self._parked.get(task) == number:   # else woken since, or parked again
+                    woken[task] = number
+        self._dirty.clear()
+        for task in sorted(woken, key=woken.get):
+            del self._parked[task]
+            self._runnable.append(task)
+
+    def run(self) -> None:
+        """Run every task to its end. Raises TaskFailed if one raises (the
+        others are dropped), StallError if the tasks left can only wait."""
+        while True:
+            if self._runnable:
+                task = self._runnable.popleft()
+                self.current = task
+                self.switches += 1
+                torch.set_grad_enabled(task.grad_enabled)
+                try:
+                    task.greenlet.switch()
+                except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
+                    raise TaskFailed(f"{task.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
+                finally:
+                    task.grad_enabled = torch.is_grad_enabled()
+                    self.current = None
+                    torch.set_grad_enabled(True)
+                continue
+            if self._dirty:
+                self._wake()
+                if self._runnable:
+                    continue
+            if self._timers:
+                self.now = self._timers[0][0]
+                while self._timers and self._timers[0][0] == self.now:
+                    self._runnable.append(heapq.heappop(self._timers)[2])
+                continue
+            if self._parked:
+                raise StallError("deadlock in virtual time: " + "; ".join(
+                    f"{t.waiting_for[0]}: waiting for {t.waiting_for[1]()}" for t in sorted(
+                        self._parked, key=self._parked.get)))
+            return
+
+    # called from inside a task ------------------------------------------------------
+    def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        self._seq += 1
+        heapq.heappush(self._timers, (self.now + seconds, self._seq, self.current))
+        self._main.switch()
+
+    def wait_until(self, ready, *, what: str, describe, warn: float, timeout: float, due=None) -> float:
+        """wait.wait_until in virtual time: check `ready()` whenever the shared
+        state changed; `warn` and `due` do not apply (nothing polls)."""
+        task = self.current
+        task.reads.clear()
+        if ready():
+            return 0.0
+        start = self.now
+        task.waiting_for = (what, describe)
+        while True:
+            self._park(task)
+            self._main.switch()
+            task.reads.clear()
+            if ready():
+                task.waiting_for = None
+                return self.now - start
+            if self.now - start > timeout:
+                raise StallError(f"{what}: stalled {self.now - start:.0f}s of virtual time "
+                                 f"(stall_timeout); waiting for {describe()}")
+
+
+    def _park(self, task: Task) -> None:
+        self._seq += 1
+        self._parked[task] = self._seq
+        # a check that read nothing through the transport waits for any change
+        for source in task.reads or (ANY,):
+            self._by_source.setdefault(source, []).append((task, self._seq))
+
+
+ANY = -1   # the source of every change, for waits that read none
+
+
+class VirtualClock:
+    """The `Clock` of simulated roles: time is the scheduler's."""
+
+    def __init__(self, scheduler: Scheduler):
+        self.scheduler = scheduler
+        self.sleep = scheduler.sleep
+        self.wait_until = scheduler.wait_until
+
+    def time(self) -> float:
+        return self.scheduler.now
+
+    perf_counter = time

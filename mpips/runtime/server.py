@@ -1,0 +1,191 @@
+"""The server loop: watch the push counters, apply what arrived, publish, evaluate."""
+from __future__ import annotations
+
+import numpy as np
+from .context import Context
+from ..training.optim import ServerOptimizer
+from ..paradigms.value_staleness import UpdateNormEMA
+from .state import S, W
+
+NORM_EMA_BETA = 0.9
+DUE_SHARE = 0.9   # of a worker's last push interval after which its next push may land
+
+
+class Server:
+    def __init__(self, ctx: Context, evaluator=None):
+        self.ctx = ctx
+        self.s = ctx.index
+        self.opt = ServerOptimizer(ctx.config, ctx.store.shard,
+                                   total_epochs=ctx.epochs)
+        self.grad = np.zeros_like(ctx.store.shard)
+        self.consumed = np.zeros(ctx.control.workers, dtype=np.int64)  # per row of the table
+        self.rejected = np.zeros(ctx.control.workers, dtype=np.int64)  # of those, rejected (sent nothing)
+        self.steps = 0
+        self.path = 0.0
+        self.norm_ema = UpdateNormEMA(NORM_EMA_BETA)
+        self.evaluator = evaluator          # server 0 evaluates inline (no --evaluator rank)
+        self.next_eval = ctx.config.eval_every
+
+    @property
+    def pushes(self) -> int:
+        return int(self.consumed.sum())
+
+    def run(self) -> None:
+        self.serve()
+        self.publish(done=True)
+        self.ctx.log.flush()
+
+    def serve(self) -> None:
+        """Apply pushes until every client is done and every push applied,
+        stopping for the checkpoints asked for meanwhile."""
+        ctx = self.ctx
+        checkpoints = ctx.checkpointer
+        last = {}
+
+        def ready():
+            view = ctx.view()
+            if self.s == 0:
+                self.control_duties(view)
+            last["view"] = view
+            # a checkpoint every client stopped for goes first, even before finishing
+            last["halt"] = checkpoints.clients_stopped(ctx.control, ctx.control.latest)
+            last["apply"] = ctx.paradigm.server_ready(view, self.consumed)
+            clocks, _, done = view.progress()
+            last["finished"] = all(done) and clocks == self.consumed.tolist()
+            return last["halt"] or last["apply"] or last["finished"]
+
+        def describe():
+            # the workers whose next push it waits for (one whose push is
+            # here waits on this server, not the other way round)
+            view = last["view"]
+            behind = [j for j in range(view.num_workers)
+                      if not view.done[j] and view.clocks[j] <= self.consumed[j]]
+            return ctx.describe_workers(behind)
+
+        def due():
+            # each running worker's next push: its last one plus most of the
+            # interval between its last two
+            view = last["view"]
+            latest, previous = view.push_times[:, 0], view.push_times[:, 1]
+            ahead = latest + DUE_SHARE * (latest - previous) - view.now
+            return ahead[~view.done & np.isfinite(ahead)]
+
+        while True:
+            waited = ctx.wait(ready, what="waiting for pushes", describe=describe, due=due)
+            if last["halt"]:
+                self.halt()
+            elif last["apply"]:
+                self.apply(last["view"], waited)
+            elif last["finished"]:
+                break
+
+    def control_duties(self, view) -> None:
+        """Server 0, at every loop: the paradigm's table writes (Sync-Switch's
+        mode, ...) and the checkpoint requests."""
+        ctx = self.ctx
+        for slot, value, event in ctx.paradigm.server_control(view):
+            ctx.control.write(slot, [value])
+            if event:
+                ctx.log.event(ctx.now(), event.pop("kind", "control"), **event)
+        ctx.checkpointer.maybe_request(ctx, view)
+
+    def halt(self) -> None:
+        """Stop for the checkpoint every client stopped for (server 0 coordinates)."""
+        ctx = self.ctx
+        ctx.checkpointer.halt(ctx, self.state, ack=ctx.control.server_offset(self.s, S.HALTED),
+                              coordinator=self.s == 0)
+
+    def apply(self, view, waited: float) -> None:
+        """Take every push counted in `view` (each client's slot holds at
+        most one, summed in client order) and step once."""
+        ctx = self.ctx
+        t = ctx.clock.perf_counter()
+        target = view.clocks.copy()
+        new = int((target - self.consumed).sum())
+        # A rejected push (NaN/Inf) ticks the clock and sends nothing: if they
+        # are all that arrived since the last step, there is no gradient.
+        rejected = view.rejected.copy()
+        fresh_rejected = int(np.maximum(rejected - self.rejected, 0).sum())
+        if fresh_rejected and new <= fresh_rejected:
+            self.skip(target, rejected, new)
+            return
+        self.rejected = rejected
+        ctx.store.take_gradient(self.grad, target, self.consumed)
+        lr, momentum = ctx.paradigm.server_step(self.opt.scheduled_lr(ctx.epochs_of(self.pushes)),
+                                                ctx.config.momentum, view)
+        self.opt.set_momentum(momentum)
+        # Announce the step before it writes the parameters in place: a worker
+        # measuring ||w_now - w_read|| waits for it so that the path length
+        # it reads counts every step its pull may have seen (VSGD's bound).
+        if ctx.paradigm.wants_exact_distance:
+            ctx.control.write(ctx.control.server_offset(self.s, S.BEGUN), [self.steps + 1])
+        norm = self.opt.step(self.grad, lr)
+        self.consumed = target
+        self.steps += 1
+        self.path += norm
+        self.norm_ema.update(norm)
+        ctx.store.publish()
+        self.publish(done=False)
+        # Logged by world rank: servers are ranks 0..S-1, GSSP's group servers follow.
+        ctx.log.row("applies", ctx.rank, ctx.now(), waited, ctx.clock.perf_counter() - t, new, self.pushes,
+                    self.steps, norm, lr, self.opt.momentum)
+        self.maybe_evaluate()
+
+    def skip(self, target: np.ndarray, rejected: np.ndarray, new: int) -> None:
+        """Every push since the last step was rejected (NaN/Inf): they count
+        as applied, so that gates pass, but no step is taken, since momentum
+        and weight decay alone would move the parameters without a gradient.
+        The gradient window is left alone: a push landing meanwhile stays for
+        the next step."""
+        ctx = self.ctx
+        self.consumed = target
+        self.rejected = rejected
+        self.publish(done=False)
+        ctx.log.event(ctx.now(), "skipped_step", server=self.s, pushes=new, total_pushes=self.pushes,
+                      step=self.steps, reason="every push since the last step was rejected")
+        self.maybe_evaluate()
+
+    def maybe_evaluate(self) -> None:
+        ctx = self.ctx
+        if self.evaluator is not None and ctx.epochs_of(self.pushes) >= self.next_eval - 1e-9:
+            self.next_eval += ctx.config.eval_every
+            self.evaluator.evaluate()
+
+    def state(self) -> dict:
+        """What a checkpoint keeps of this server (taken while nothing is in flight)."""
+        ctx = self.ctx
+        state = {"shard": ctx.store.shard.copy(), "pending": ctx.store.pending(),
+                 "optimizer": self.opt.state(), "consumed": self.consumed.copy(),
+                 "rejected": self.rejected.copy(), "steps": self.steps,
+                 "path": self.path, "norm_ema": [self.norm_ema.value, self.norm_ema.count],
+                 "next_eval": self.next_eval}
+        if self.evaluator is not None:
+            state["evaluator"] = self.evaluator.state()
+        return state
+
+    def load_state(self, state: dict) -> None:
+        ctx = self.ctx
+        ctx.store.shard[:] = state["shard"]
+        ctx.store.restore_pending(state["pending"])
+        ctx.store.publish()
+        self.opt.load_state(state["optimizer"])
+        self.consumed = np.asarray(state["consumed"], dtype=np.int64)
+        self.rejected = np.asarray(state.get("rejected", self.rejected), dtype=np.int64)  # older checkpoints: none
+        self.steps, self.path = int(state["steps"]), float(state["path"])
+        self.norm_ema.value, self.norm_ema.count = float(state["norm_ema"][0]), int(state["norm_ema"][1])
+        self.next_eval = float(state["next_eval"])
+        if self.evaluator is not None:
+            self.evaluator.load_state(state["evaluator"])
+
+    def publish(self, *, done: bool) -> None:
+        """This server's row: counters first, then the per-worker applied counts
+        that gates read (the parameters were published before)."""
+        row = np.zeros(len(S) + self.ctx.control.workers)
+        row[S.PUSHES] = self.pushes
+        row[S.STEPS] = self.steps
+        row[S.PATH] = self.path
+        row[S.NORM_EMA] = self.norm_ema.value
+        row[S.DONE] = 1.0 if done else 0.0
+        row[S.BEGUN] = self.steps
+        row[len(S):] = self.consumed
+        self.ctx.control.write(self.ctx.control.server_offset(self.s), row)

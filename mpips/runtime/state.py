@@ -1,0 +1,289 @@
+"""The shared state of a run, as every transport lays it out.
+
+The parameter store's gradient slots and how a server sums them, and the
+control table's columns, offsets and read-only views: the same for the MPI
+windows (mpips/runtime/mpi_transport.py) and the simulator's in-process arrays
+(mpips/runtime/local_transport.py), which differ only in how bytes move.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+from ..paradigms.base import SLOT_MODE, SLOT_MODE_CLOCK, ClusterView
+from ..paradigms.value_staleness import norm_of_shards
+
+
+def shard_bounds(n: int, servers: int) -> list[tuple[int, int]]:
+    """Even contiguous split of n parameters over the servers."""
+    edges = np.linspace(0, n, servers + 1).round().astype(np.int64)
+    return [(int(edges[s]), int(edges[s + 1])) for s in range(servers)]
+
+
+class SlotRows:
+    """A parameter store's client rows (the control-table rows that push)
+    and each one's gradient slot on every server."""
+
+    def __init__(self, rows):
+        self.rows = [int(r) for r in rows]
+        self._slot_of = {row: k for k, row in enumerate(self.rows)}
+
+    def slot(self, row: int) -> int:
+        try:
+            return self._slot_of[row]
+        except KeyError:
+            raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
+
+
+def sum_slots(out: np.ndarray, slots: np.ndarray, heads: np.ndarray, slot_of: dict,
+              clocks, consumed, *, sparse: bool) -> int:
+    """Sum into `out` the pushes counted in `clocks` and not in `consumed`
+    (per row of the control table), in the order of their keys, then rows;
+    returns how many (see ParameterStore.take_gradient). `slots`, `heads`:
+    one server's gradient slots and their (push number, order key);
+    `slot_of`: row -> slot. Sparse slots are zeroed once taken."""
+    written = []
+    for row in np.flatnonzero(np.asarray(clocks) > np.asarray(consumed)):
+        k = slot_of[int(row)]
+        number, key = heads[k]
+        if number == int(clocks[row]):   # else rejected: never written
+            written.append((int(key), int(row), k))
+    written.sort()
+    summed = 0
+    for _, _, k in written:
+        if summed:
+            np.add(out, slots[k], out=out)
+        else:
+            np.copyto(out, slots[k])
+        summed += 1
+        if sparse:
+            slots[k] = 0
+    if not summed:
+        out[:] = 0
+    return summed
+
+
+class W(IntEnum):
+    """Columns of a worker's row in the control table."""
+
+    CLOCK = 0        # pushes completed (the push counter servers watch)
+    PUSH_T0 = 1      # time of the latest push
+    PUSH_T1 = 2      # time of the previous push
+    ITER_TIME = 3    # busy time (pull + compute + push) of the last iteration
+    DONE = 4         # 1 after the last push
+    REJECTED = 5     # pushes rejected (NaN/Inf)
+    WAIT_TOTAL = 6   # seconds spent waiting at gates
+    ELAPSED = 7      # seconds since start at the last tick
+    SAMPLES = 8      # samples pushed in total
+    EXTRA0 = 9       # paradigm-specific (e.g. DSSP credit, LB-BSP prediction)
+    EXTRA1 = 10
+    EXTRA2 = 11
+    EXTRA3 = 12
+    HALTED = 13      # the last checkpoint request this worker stopped for (mpips/runtime/checkpointer.py)
+
+
+def publish_client_row(control, index: int, *, clock: int, push_times, busy: float, done: bool,
+                       wait_total: float, elapsed: float, samples: float, rejected: int = 0,
+                       extras=()) -> None:
+    """Write client `index`'s row of `control` (a worker's, or a group
+    server's in the global table) in one write: every column but HALTED,
+    which only the checkpoint protocol writes (so a publish never undoes a
+    worker's stop for a checkpoint)."""
+    row = np.zeros(W.HALTED)   # HALTED is the last column
+    row[W.CLOCK] = clock
+    row[W.PUSH_T0], row[W.PUSH_T1] = push_times
+    row[W.ITER_TIME] = busy
+    row[W.DONE] = 1.0 if done else 0.0
+    row[W.REJECTED] = rejected
+    row[W.WAIT_TOTAL] = wait_total
+    row[W.ELAPSED] = elapsed
+    row[W.SAMPLES] = samples
+    row[W.EXTRA0:W.EXTRA0 + len(extras)] = extras
+    control.write(control.worker_offset(index), row)
+
+
+class S(IntEnum):
+    """Columns of a server's row (followed by W per-worker applied counts)."""
+
+    PUSHES = 0       # pushes applied
+    STEPS = 1        # optimizer steps taken
+    PATH = 2         # sum of norms of applied updates
+    NORM_EMA = 3     # EMA of one update's norm
+    DONE = 4
+    BEGUN = 5        # steps begun: > STEPS while a step writes the parameters (VSGD exact)
+    HALTED = 6       # the last checkpoint request this server stopped for (mpips/runtime/checkpointer.py)
+
+
+class G(IntEnum):
+    """Global slots at the start of the table."""
+
+    MODE = SLOT_MODE              # Sync-Switch: MODE_BSP / MODE_ASP
+    MODE_CLOCK = SLOT_MODE_CLOCK  # clock at which MODE takes effect (-1: being decided)
+    EXTRA0 = 2
+    EXTRA1 = 3
+    # Coordinated checkpoints (mpips/runtime/checkpointer.py), written by server 0:
+    CHECKPOINT = 4       # number of the latest checkpoint requested (0: none yet)
+    CHECKPOINT_GO = 5    # n: every rank stopped for checkpoint n, save it; -n: cancelled
+    CHECKPOINT_EXIT = 6  # n: the job ends after checkpoint n (preemption)
+    CLAIMED = 7          # samples of the global budget claimed so far (mpips/runtime/budget.py)
+
+
+_NG, _NW, _NS = 8, len(W), len(S)
+
+
+class TableLayout:
+    """Where things are in a control table of `workers` client rows and
+    `servers` server rows, and the paradigms' view of a snapshot; a
+    transport adds `read`, `write` and `add` (fetch-and-add)."""
+
+    def __init__(self, workers: int, servers: int):
+        self.workers = workers
+        self.servers = servers
+        self.size = _NG + workers * _NW + servers * (_NS + workers)
+        self._snap = np.zeros(self.size)
+
+    @property
+    def latest(self) -> np.ndarray:
+        """The table as of the last `read()` (no copy, no communication)."""
+        return self._snap
+
+    def worker_offset(self, worker: int, col: int = 0) -> int:
+        return _NG + worker * _NW + col
+
+    def server_offset(self, server: int, col: int = 0) -> int:
+        return _NG + self.workers * _NW + server * (_NS + self.workers) + col
+
+    def worker_rows(self, snap: np.ndarray) -> np.ndarray:
+        return snap[_NG:_NG + self.workers * _NW].reshape(self.workers, _NW)
+
+    def server_rows(self, snap: np.ndarray) -> np.ndarray:
+        start = self.server_offset(0)
+        return snap[start:start + self.servers * (_NS + self.workers)].reshape(
+            self.servers, _NS + self.workers)
+
+    def view(self, snap: np.ndarray, now: float) -> "TableView":
+        """The paradigms' read-only `ClusterView` of a snapshot."""
+        return TableView(self, snap, now)
+
+
+
+
+class _lazy:
+    """A field computed on first read, then kept (functools.cached_property
+    without its lock: a view belongs to one thread)."""
+
+    def __init__(self, compute):
+        self.compute = compute
+        self.name = compute.__name__
+
+    def __get__(self, view, owner=None):
+        if view is None:
+            return self
+        value = view.__dict__[self.name] = self.compute(view)
+        return value
+
+
+_CLOCK, _DONE = int(W.CLOCK), int(W.DONE)   # plain ints: IntEnum arithmetic is slow
+
+
+class TableView(ClusterView):
+    """A `ClusterView` of a control-table snapshot, each field computed on
+    first use: a worker polls its gate every few microseconds while it waits,
+    and a gate reads two or three fields of the fourteen
+    (benchmarks/control_plane.py). The gates' fields are strided slices of the
+    snapshot, converted once."""
+
+    def __init__(self, table: TableLayout, snap: np.ndarray, now: float):
+        self.now = now
+        self._snap = snap
+        self._table = table
+        self._rows_end = _NG + table.workers * _NW
+
+    @_lazy
+    def clocks(self) -> np.ndarray:
+        return self._snap[_NG + _CLOCK:self._rows_end:_NW].astype(np.int64)
+
+    @_lazy
+    def done(self) -> np.ndarray:
+        return self._snap[_NG + _DONE:self._rows_end:_NW].astype(bool)   # written as 0 or 1
+
+    @_lazy
+    def applied(self) -> np.ndarray:
+        return self._applied().astype(np.int64)
+
+    def _applied(self) -> np.ndarray:
+        table = self._table
+        if table.servers == 1:
+            lo = table.server_offset(0, _NS)
+            return self._snap[lo:lo + table.workers]
+        return self._s[:, _NS:].min(axis=0)
+
+    def clock(self, worker: int) -> int:
+        return int(self._snap[_NG + worker * _NW + _CLOCK])
+
+    def progress(self) -> tuple[list, list, list]:
+        return self._progress
+
+    @_lazy
+    def _progress(self) -> tuple[list, list, list]:
+        # straight from the snapshot, once per view (a server's poll reads it
+        # twice): no numpy arrays made (floats holding integers)
+        snap, end = self._snap, self._rows_end
+        return (snap[_NG + _CLOCK:end:_NW].tolist(), self._applied().tolist(),
+                snap[_NG + _DONE:end:_NW].tolist())
+
+    @_lazy
+    def rejected(self) -> np.ndarray:
+        """(W,) pushes each worker counted in its clock but rejected (NaN/Inf): nothing was sent."""
+        return self._w[:, W.REJECTED].astype(np.int64)
+
+    @_lazy
+    def _w(self) -> np.ndarray:
+        return self._table.worker_rows(self._snap)
+
+    @_lazy
+    def _s(self) -> np.ndarray:
+        return self._table.server_rows(self._snap)
+
+    @_lazy
+    def updates(self) -> int:
+        return int(self._s[:, S.PUSHES].min())
+
+    @_lazy
+    def path_length(self) -> float:
+        return float(self._s[:, S.PATH].sum())
+
+    @_lazy
+    def update_norm_ema(self) -> float:
+        return norm_of_shards(self._s[:, S.NORM_EMA])
+
+    @_lazy
+    def push_times(self) -> np.ndarray:
+        t = self._w[:, W.PUSH_T0:W.PUSH_T1 + 1]  # adjacent columns: a slice, not a list-index copy
+        return np.where(t > 0, t, np.nan)
+
+    @_lazy
+    def iter_times(self) -> np.ndarray:
+        t = self._w[:, W.ITER_TIME]
+        return np.where(t > 0, t, np.nan)
+
+    @_lazy
+    def mode(self) -> int:
+        return int(self._snap[SLOT_MODE])
+
+    @_lazy
+    def mode_clock(self) -> int:
+        return int(self._snap[SLOT_MODE_CLOCK])
+
+    @_lazy
+    def extras(self) -> np.ndarray:
+        return self._w[:, W.EXTRA0:W.EXTRA3 + 1].copy()
+
+    @_lazy
+    def slots(self) -> tuple[float, float]:
+        return float(self._snap[G.EXTRA0]), float(self._snap[G.EXTRA1])
+
+    @property
+    def num_workers(self) -> int:
+        return self._table.workers
