@@ -113,7 +113,7 @@ def time_tick_and_log(path: str) -> None:
 
     from mpips.config import Config
     from mpips.io.log import ITERATION, RankLog
-    from mpips.runtime.state import W
+    from mpips.runtime.state import publish_client_row
     from mpips.runtime.mpi_transport import ControlTable
 
     comm = MPI.COMM_WORLD
@@ -127,9 +127,8 @@ def time_tick_and_log(path: str) -> None:
             fields = np.zeros(1, ITERATION)[0].tolist()  # a row of the worker's table
             for k in range(MICRO_REPS):
                 a = time.perf_counter()
-                values = np.zeros(W.EXTRA3 + 1)
-                values[W.CLOCK] = k
-                control.write(control.worker_offset(0), values)
+                publish_client_row(control, 0, clock=k, push_times=(0.0, 0.0), busy=0.0, done=False,
+                                   wait_total=0.0, elapsed=0.0, samples=0)
                 b = time.perf_counter()
                 log.row("iterations", *fields)
                 c = time.perf_counter()

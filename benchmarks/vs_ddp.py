@@ -77,7 +77,8 @@ def ddp_inner(path: str, slowdown: str) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from mpips.config import Config
-    from mpips.training.data import WorkerShard, iterations_per_epoch, load_dataset
+    from mpips.paradigms.base import iterations_per_epoch
+    from mpips.training.data import WorkerShard, load_dataset
     from mpips.training.models import build_model
 
     comm = MPI.COMM_WORLD

@@ -118,8 +118,8 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
         config = load(config, overrides)
     dataset = as_dataset(dataset)
 
-    from .runtime.checkpointer import Preempted
     from .io.log import RunLog, set_user_objects
+    from .runtime.checkpointer import Preempted
     from .runtime.job import SetupError, TrainingFailed
     from .runtime.job import train as run
 

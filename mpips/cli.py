@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import importlib.util
+import json
 import os
 import sys
 import traceback
 
-from .runtime import preemption
-from .experiments import syncswitch_search
 from .api import abort_job
 from .config import Config, ConfigError, load
+from .experiments import syncswitch_search
+from .runtime import preemption
 
 
 def _train_parser(sub, name: str, help: str) -> argparse.ArgumentParser:
@@ -137,11 +137,11 @@ def cmd_train(args) -> int:
 
 def cmd_simulate(args) -> int:
     overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
-    from .training.data import DataError
     from .runtime.job import TrainingFailed
     from .runtime.scheduler import TaskFailed
     from .runtime.simulate import simulate
     from .runtime.wait import StallError
+    from .training.data import DataError
 
     try:
         simulate(load(getattr(args, "config", None), overrides))

@@ -11,31 +11,25 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .paradigms import REGISTRY as PARADIGMS   # the registry itself: registered paradigms are choices too
+from .experiments.emulation import parse_device_time, parse_random_stragglers, parse_stragglers
+from .paradigms import REGISTRY as PARADIGMS  # the registry itself: registered paradigms are choices too
+from .paradigms.compress import COMPRESSORS
+from .paradigms.grouping import GROUPINGS
+from .paradigms.predict import PREDICTORS
+from .paradigms.value_staleness import VSGD_RULES
+from .validate import ConfigError, coerce_to  # noqa: F401 - ConfigError: part of this module's interface
 
 DATASETS = ("digits", "mnist", "cifar10", "synthetic")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("none", "step", "cosine")
 DEVICES = ("cpu", "cuda", "auto")
-COMPRESSORS = ("none", "topk", "gdtopk")
-GROUPINGS = ("equal", "kmeans")
 ONLINE_POLICIES = ("none", "greedy", "conservative")
-PREDICTORS = ("ewma", "narx")
 VSGD_GATES = ("ssp", "asp")
 VALUE_MEASURES = ("exact", "bound")
-VSGD_RULES = ("max", "linear")
 BUDGETS = ("global", "per-worker")
 ASYNC_MOMENTUM = ("compensated", "as-set")
 MAX_SYNTHETIC = 10_000_000   # samples of the synthetic dataset (64 floats each, on every rank)
 MIN_STALL_TIMEOUT = 1.0      # seconds
-
-
-class ConfigError(ValueError):
-    """A bad setting. `str()` is one line naming the field and what is allowed."""
-
-    def __init__(self, name: str, value: Any, allowed: str):
-        self.field = name
-        super().__init__(f"invalid {name}={value!r}: {allowed}")
 
 
 def _f(default, help, choices=None, **kw):
@@ -220,8 +214,6 @@ class Config:
     def check_workers(self, workers: int | None) -> None:
         """The settings that name workers or depend on their number, parsed as
         the workers will; `workers` None: the syntax only (before the layout)."""
-        from .experiments.emulation import parse_random_stragglers, parse_stragglers
-
         factors = self.slowdown_factors()
         if workers is not None and factors and len(factors) != workers:
             raise ConfigError("slowdown", self.slowdown, f"needs one factor per worker ({workers} workers)")
@@ -251,8 +243,6 @@ class Config:
 
     def device_time_model(self):
         """The parsed `device_time` (emulation.DeviceTime), or None."""
-        from .experiments.emulation import parse_device_time
-
         return parse_device_time(self.device_time, self.batch_size)
 
     def with_workers(self, workers: int) -> "Config":
@@ -312,30 +302,6 @@ def coerce(name: str, value: Any) -> Any:
     if name == "paradigm_options" and isinstance(value, dict):
         value = ",".join(f"{k}={v}" for k, v in value.items())
     return coerce_to(types[name], name, value)
-
-
-def coerce_to(t: type, name: str, value: Any, shown: Any = None) -> Any:
-    """`value` as type `t`, or a ConfigError naming `name` (showing `shown`, default the value)."""
-    shown = value if shown is None else shown
-    if isinstance(value, t) and not (t is int and isinstance(value, bool)):
-        return value
-    if isinstance(value, bool):
-        # YAML `batch_size: true` is not 1
-        raise ConfigError(name, shown, f"must be of type {t.__name__}, not a boolean")
-    try:
-        if t is bool:
-            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if t is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError
-        if t is str:
-            return str(value)
-        return t(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ConfigError(name, shown, f"must be of type {t.__name__}") from None
 
 
 def load(path: str | None = None, overrides: dict[str, Any] | None = None) -> Config:

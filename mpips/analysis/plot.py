@@ -32,7 +32,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from ..config import PARADIGMS  # noqa: E402
 from ..io.log import RunLog  # noqa: E402
-from ..paradigms.base import MODE_ASP, MODE_BSP  # noqa: E402
+from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
 from .summarize import find_runs, heterogeneity, paradigm_label  # noqa: E402
 
 DPI = 110

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import ConfigError
+from ..validate import ConfigError
 
 
 @dataclass(frozen=True)

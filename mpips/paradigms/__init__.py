@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
-from .base import MODE_ASP, MODE_BSP, ClusterView, Paradigm, Push
+from ..validate import ConfigError, coerce_to
+from .base import Paradigm, Push
 from .gates import PASS, Gate, bounded_gate, own_writes_gate
+from .view import MODE_ASP, MODE_BSP, ClusterView
 
 # name -> "module:Class" (built in, imported on first use) or the class itself (registered)
 REGISTRY: dict[str, str | type] = {
@@ -100,8 +102,6 @@ def paradigm_class(name: str) -> type:
 def parse_options(paradigm: str, text: str) -> dict[str, Any]:
     """`paradigm_options` text ('key=value,...') as {option: value} with the
     registered defaults filled in; ConfigError names what is wrong."""
-    from ..config import ConfigError, coerce_to
-
     known = OPTIONS.get(paradigm, {})
     values = {k: o.default for k, o in known.items()}
     for item in filter(None, (s.strip() for s in text.split(","))):
@@ -120,8 +120,6 @@ def parse_options(paradigm: str, text: str) -> dict[str, Any]:
 
 def make_paradigm(config, num_workers: int) -> Paradigm:
     """The paradigm object for `config.paradigm`."""
-    from ..config import ConfigError
-
     if config.paradigm not in REGISTRY:
         raise ConfigError("paradigm", config.paradigm,
                           "not registered; available: " + ", ".join(REGISTRY))

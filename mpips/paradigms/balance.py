@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import ConfigError
+from ..validate import ConfigError
 
 __all__ = ["allocate", "BatchRefiner"]
 

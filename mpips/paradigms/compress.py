@@ -21,7 +21,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import ConfigError
+from ..validate import ConfigError
+
+COMPRESSORS = ("none", "topk", "gdtopk")   # make_compressor's names
 
 
 # ---------------------------------------------------------------------------
@@ -404,4 +406,4 @@ def make_compressor(cfg, *, segments: Segments | None = None, seed=None,
         base = cfg.seed if seed is None else seed
         return GDTopK(s.ratio(1, pos), s.rho_at(pos), segments=segments,
                       seed=np.random.SeedSequence([int(base), int(stream)]))
-    raise ConfigError("compressor", name, "allowed: none, topk, gdtopk")
+    raise ConfigError("compressor", name, "allowed: " + ", ".join(COMPRESSORS))

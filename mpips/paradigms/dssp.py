@@ -28,8 +28,9 @@ import math
 
 import numpy as np
 
-from .base import ClusterView, Paradigm
+from .base import Paradigm
 from .gates import Gate, bounded_gate
+from .view import ClusterView
 
 
 def push_interval(push_times: np.ndarray) -> float:

@@ -6,12 +6,11 @@ once every server has applied all of its own pushes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .base import ClusterView    # base imports this module
+from .view import ClusterView
 
 
 @dataclass(frozen=True)

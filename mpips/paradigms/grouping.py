@@ -11,9 +11,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import ConfigError
+from ..validate import ConfigError
 
-METHODS = ("equal", "kmeans")
+GROUPINGS = ("equal", "kmeans")
 
 
 def validate_layout(workers: int, groups: int) -> None:
@@ -40,8 +40,8 @@ def group_by_speed(iter_times: Sequence[float], groups: int,
     """
     t = np.asarray(iter_times, dtype=float).reshape(-1)
     validate_layout(int(t.size), groups)
-    if method not in METHODS:
-        raise ConfigError("grouping", method, "allowed: " + ", ".join(METHODS))
+    if method not in GROUPINGS:
+        raise ConfigError("grouping", method, "allowed: " + ", ".join(GROUPINGS))
     key = np.where(np.isnan(t), np.inf, t)
     order = np.argsort(key, kind="stable")
     if method == "equal":

@@ -14,9 +14,10 @@ the epoch pick (c, rho) from the schedule of PARADIGMS.md.
 """
 from __future__ import annotations
 
+from .base import Paradigm
 from .compress import DEFAULT_SCHEDULE, ratio_schedule
-from .base import SLOT_EXTRA0, SLOT_GROUP_SPEED_RANK, ClusterView, Paradigm
 from .gates import Gate, bounded_gate
+from .view import SLOT_EXTRA0, SLOT_GROUP_SPEED_RANK, ClusterView
 
 
 class GSSP(Paradigm):

@@ -45,10 +45,11 @@ import math
 import numpy as np
 
 from .balance import BatchRefiner, allocate
-from .predict import make_predictor, utilisation
-from .base import ClusterView, Push
-from .gates import Gate
+from .base import Push
 from .bsp import BSP
+from .gates import Gate
+from .predict import make_predictor, utilisation
+from .view import ClusterView
 
 
 def published(view: ClusterView, round_: int) -> tuple[np.ndarray, np.ndarray]:

@@ -9,9 +9,12 @@ Pure numpy (psutil only for `utilisation()`).
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
-from ..config import PREDICTORS, ConfigError
+from ..validate import ConfigError
+
+PREDICTORS = ("ewma", "narx")   # make_predictor's names
 
 __all__ = ["SpeedPredictor", "LastValue", "EWMA", "NARX", "make_predictor", "utilisation"]
 

@@ -77,9 +77,9 @@ import math
 
 import numpy as np
 
-from .base import (MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView, Paradigm, compensated_momentum,
-                   compensated_step)
+from .base import Paradigm, compensated_momentum, compensated_step
 from .gates import bounded_gate, own_writes_gate
+from .view import MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView
 
 DECIDING = -1   # MODE_CLOCK while an ASP -> BSP switch is being decided
 MODE_NAMES = {MODE_BSP: "bsp", MODE_ASP: "asp"}

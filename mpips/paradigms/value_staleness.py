@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 
-from ..config import VSGD_RULES, ConfigError
+from ..validate import ConfigError
+
+VSGD_RULES = ("max", "linear")   # lr_scale's rules
 
 __all__ = ["UpdateNormEMA", "norm_of_shards", "value_staleness", "lr_scale"]
 

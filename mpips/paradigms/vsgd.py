@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import math
 
-from .value_staleness import lr_scale, value_staleness
 from .base import Paradigm, Push
 from .gates import bounded_gate, own_writes_gate
+from .value_staleness import lr_scale, value_staleness
 
 
 class VSGD(Paradigm):

@@ -52,9 +52,9 @@ import time
 import numpy as np
 import torch
 
-from . import preemption
 from ..io.checkpoint import Resume, clear_checkpoints, decode, encode, write_checkpoint
 from ..io.log import write_run_end
+from . import preemption
 from .state import G, S, W
 
 PREEMPTED_EXIT = 3      # "checkpointed, not finished": jobs/common.sh requeues

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from .clock import WALL, Clock
 from ..config import Config
-from .layout import Layout
 from ..io.log import RankLog
 from ..paradigms import Paradigm
+from .clock import WALL, Clock
+from .layout import Layout
 from .state import W
 
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..paradigms.compress import SparseGrad, make_compressor, speed_ranks
-from .context import Context
 from ..paradigms.grouping import GroupSpeed
+from ..paradigms.view import SLOT_GROUP_SPEED_RANK
+from .context import Context
 from .group_delta import GroupDelta
-from ..paradigms.base import SLOT_GROUP_SPEED_RANK
 from .server import Server
 from .state import W, publish_client_row
 

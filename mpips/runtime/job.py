@@ -5,32 +5,27 @@ import os
 import platform
 import sys
 import time
-from typing import Callable
 
 import numpy as np
 import torch
 from mpi4py import MPI
 
 from .. import __version__
+from ..config import Config, ConfigError
 from ..io.checkpoint import CheckpointError, find_resume
 from ..io.checkpoint import identity as checkpoint_identity
-from .checkpointer import Checkpointer, Preempted
-from ..config import Config, ConfigError
-from .context import Context
-from .budget import SharedBudget, ShardBudget
-from ..training.data import DataError, GlobalStream, WorkerShard, load_dataset
+from ..io.log import RankLog, rank_file, set_status, write_run_header
+from ..paradigms import make_paradigm
+from ..training.data import DataError, load_dataset
 from ..training.flatmodel import FlatModel
-from .evaluator import Evaluator
+from ..training.models import build_model, check_model, model_label
+from .checkpointer import Checkpointer, Preempted
+from .context import Context
 from .layout import EVALUATOR, SERVER, WORKER, make_layout
 from .levels import run_two_levels
-from ..io.log import RankLog, rank_file, set_status, write_run_end, write_run_header
-from ..training.models import build_model, check_model, model_label
-from ..paradigms import make_paradigm
-from .server import Server
-from .state import G
 from .mpi_transport import ControlTable, ParameterStore
+from .roles import run_roles
 from .wait import precise_sleeps
-from .worker import Worker
 
 
 class SetupError(Exception):
@@ -259,73 +254,3 @@ def judge_training(run_dir: str, rejected: int, pushes: int, *, first: bool) -> 
     if first:
         set_status(run_dir, "failed", why)
     return why
-
-
-def run_roles(ctx: Context, flat: FlatModel, data) -> Worker | None:
-    """Servers and workers over ctx's windows, from the start barrier to the end one
-    (group servers make the same collectives in levels.run_group_server)."""
-    body = start_role(ctx, flat, data)
-    ctx.comm.Barrier()  # parameters in place and every role ready: the clock starts
-    # (a resumed job's clock goes on from the checkpoint's training time)
-    ctx.t0 = ctx.comm.bcast(time.time() - ctx.checkpointer.elapsed if ctx.rank == 0 else None)
-    worker = body()
-    ctx.barrier("end of the run")
-    return worker
-
-
-def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | None]:
-    """This rank's role, set up before the clock starts (restored from a
-    checkpoint if there is one); returns its body, which runs it to the end
-    (a worker's body returns its Worker). The same for every transport:
-    job.run_roles runs it between MPI barriers, the simulator
-    (mpips/runtime/simulate.py) as one task of its scheduler."""
-    role, index = ctx.role, ctx.index
-    if role == SERVER:
-        lo, hi = ctx.store.bounds[index]
-        ctx.store.shard[:] = flat.flat_copy()[lo:hi]
-        ctx.store.publish()
-        inline = index == 0 and not ctx.layout.evaluators
-        evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if inline else None
-        server = Server(ctx, evaluator)
-        ctx.checkpointer.restore(ctx, server)
-
-        def serve():
-            server.run()
-            if evaluator is not None:
-                _finish(ctx, evaluator)
-        return serve
-    if role == WORKER:
-        worker = Worker(ctx, flat, worker_budget(ctx, data))
-        ctx.checkpointer.restore(ctx, worker)
-
-        def work():
-            worker.run()
-            ctx.wait_for_servers_done(stop=worker.stop_for_checkpoint)
-            return worker
-        return work
-    evaluator = Evaluator(ctx, flat, data.x_test, data.y_test)
-    ctx.checkpointer.restore(ctx, evaluator)
-
-    def evaluate():
-        evaluator.run()
-        _finish(ctx, evaluator)
-    return evaluate
-
-
-def worker_budget(ctx: Context, data):
-    """Where this worker's batches come from: claims on the global budget, or its shard."""
-    cfg = ctx.config
-    if cfg.budget == "global":
-        table = ctx.budget_table
-        return SharedBudget(GlobalStream(data.x_train, data.y_train, cfg.seed), ctx.total_samples,
-                            lambda n: table.add(G.CLAIMED, n), time_limit=cfg.time_limit, now=ctx.now)
-    shard = WorkerShard(data.x_train, data.y_train, ctx.index, ctx.layout.workers, cfg.seed)
-    return ShardBudget(shard, ctx.iterations, ctx.iterations_per_epoch)
-
-
-def _finish(ctx: Context, evaluator: Evaluator) -> None:
-    """The evaluating rank, after every server is done: final evaluation and parameters."""
-    ctx.wait_for_servers_done()
-    if evaluator.last_pushes != evaluator.applied()[1]:
-        evaluator.evaluate()
-    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=evaluator.current_params().copy())

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..config import ConfigError
-from ..paradigms.grouping import parse_assignment
 from ..paradigms import paradigm_class
+from ..paradigms.grouping import parse_assignment
 
 SERVER, GROUP_SERVER, WORKER, EVALUATOR = "server", "group_server", "worker", "evaluator"
 

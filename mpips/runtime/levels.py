@@ -27,24 +27,23 @@ import dataclasses
 import numpy as np
 from mpi4py import MPI
 
-from .budget import ShardBudget
 from ..paradigms.compress import speed_ranks
-from .context import Context
+from ..paradigms.grouping import GroupSpeed, make_groups
 from ..training.data import WorkerShard
 from ..training.flatmodel import FlatModel
+from .budget import ShardBudget
+from .context import Context
 from .group_server import GroupServer
-from ..paradigms.grouping import GroupSpeed, make_groups
 from .layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
-from .state import W
 from .mpi_transport import ControlTable, ParameterStore
+from .roles import run_roles
+from .state import W
 from .worker import Worker
 
 
 def run_two_levels(ctx: Context, flat: FlatModel, data):
     """Every role of a GSSP job; `ctx` is the global level. Returns what
-    job.run_roles does (a worker: its Worker)."""
-    from .job import run_roles  # runtime imports this module
-
+    roles.run_roles does (a worker: its Worker)."""
     saved = (ctx.checkpointer.resumed or {}).get("grouping")   # the same on every rank
     times = np.asarray(saved["profiled"]) if saved else profile_all(ctx, flat, data)
     groups, ranks = decide_groups(ctx, times, saved)
@@ -110,7 +109,7 @@ def group_server(up: Context, group: Context, g: int, members: list[int], speed_
 
 
 def run_group_server(up: Context, group: Context, server: GroupServer, flat: FlatModel) -> None:
-    """The group server's part of job.run_roles' protocol: same barriers."""
+    """The group server's part of roles.run_roles' protocol: same barriers."""
     body = start_group_server(up, group, server, flat)
     up.comm.Barrier()  # parameters in place and every role ready: the clock starts
     group.t0 = up.t0 = up.comm.bcast(None)
@@ -119,7 +118,7 @@ def run_group_server(up: Context, group: Context, server: GroupServer, flat: Fla
 
 
 def start_group_server(up: Context, group: Context, server: GroupServer, flat: FlatModel):
-    """Before the clock starts (job.start_role's part for a group
+    """Before the clock starts (roles.start_role's part for a group
     server): its group's parameters and table; returns its body."""
     group.store.shard[:] = flat.flat_copy()
     group.store.publish()

@@ -1,6 +1,6 @@
 """`mpips simulate`: every role of a job in one process, in virtual time.
 
-The roles are the MPI job's own (job.start_role, levels.py's two levels of servers, the
+The roles are the MPI job's own (roles.start_role, levels.py's two levels of servers, the
 paradigms, the budget, the device-time emulation), each a task of a
 deterministic scheduler (mpips/runtime/scheduler.py) over the in-process transport
 (mpips/runtime/local_transport.py) instead of MPI windows. Gradients are really computed;
@@ -22,18 +22,19 @@ import numpy as np
 import torch
 
 from .. import __version__
-from .budget import ShardBudget
-from .checkpointer import NoCheckpoints
 from ..config import Config, ConfigError
-from .context import Context
-from ..training.data import WorkerShard
-from ..training.flatmodel import FlatModel
-from .levels import decide_groups, global_level, group_level, group_server, profile, start_group_server
-from .local_transport import LocalControlTable, LocalParameterStore, Network, SharedParameters
-from .layout import GROUP_SERVER, SERVER, WORKER, make_layout, ranks_for
 from ..io.log import RankLog, rank_file
 from ..paradigms import make_paradigm
-from .job import TrainingFailed, announce, default_run_dir, judge_training, prepare, sized, start_role
+from ..training.data import WorkerShard
+from ..training.flatmodel import FlatModel
+from .budget import ShardBudget
+from .checkpointer import NoCheckpoints
+from .context import Context
+from .job import TrainingFailed, announce, default_run_dir, judge_training, prepare, sized
+from .layout import GROUP_SERVER, SERVER, WORKER, make_layout, ranks_for
+from .levels import decide_groups, global_level, group_level, group_server, profile, start_group_server
+from .local_transport import LocalControlTable, LocalParameterStore, Network, SharedParameters
+from .roles import start_role
 from .scheduler import Scheduler
 from .worker import Worker
 

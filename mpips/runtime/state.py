@@ -11,8 +11,8 @@ from enum import IntEnum
 
 import numpy as np
 
-from ..paradigms.base import SLOT_MODE, SLOT_MODE_CLOCK, ClusterView
 from ..paradigms.value_staleness import norm_of_shards
+from ..paradigms.view import SLOT_MODE, SLOT_MODE_CLOCK, ClusterView
 
 
 def shard_bounds(n: int, servers: int) -> list[tuple[int, int]]:

@@ -8,10 +8,10 @@ import numpy as np
 import torch
 
 from ..config import parse_points
-from .context import Context
-from ..training.flatmodel import FlatModel
-from ..paradigms.compress import make_compressor
 from ..experiments.emulation import Slowdown
+from ..paradigms.compress import make_compressor
+from ..training.flatmodel import FlatModel
+from .context import Context
 from .state import S, W, publish_client_row
 
 

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..paradigms.base import iterations_per_epoch  # noqa: F401 - its home is pure Python
-
 # The synthetic problem and the held-out splits of digits and synthetic use this
 # seed, not cfg.seed, so runs with different seeds face the same problem and are
 # evaluated on the same test set; cfg.seed changes data order (WorkerShard).

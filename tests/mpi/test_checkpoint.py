@@ -23,7 +23,7 @@ from conftest import MPI_ENV, MPIEXEC, assert_each_sample_once, train
 
 from mpips.io.checkpoint import CheckpointError, checkpoint_files, decode, read_checkpoint
 from mpips.io.log import RunLog
-from mpips.paradigms.base import MODE_ASP, SLOT_MODE
+from mpips.paradigms.view import MODE_ASP, SLOT_MODE
 
 RANKS = 5   # 1 server, 3 workers, the evaluator (which takes part in every checkpoint)
 # BSP for the first 2% of the samples, then ASP: the checkpoint must keep the mode

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mpips.paradigms.compress import (
-    GDTopK, GDTopKSchedule, Identity, SparseGrad, TopK, make_compressor, payload_nbytes, ratio_schedule,
+    GDTopK, GDTopKSchedule, Identity, TopK, make_compressor, payload_nbytes, ratio_schedule,
     speed_ranks,
 )
 from mpips.paradigms.grouping import EpochTimeEMA

@@ -6,11 +6,9 @@ start-up, bad input through a whole job) is in tests/mpi/test_fault_injection.py
 from __future__ import annotations
 
 import os
-import shutil
 
 import numpy as np
 import pytest
-import torch
 
 from mpips.io.checkpoint import CheckpointError, encode, read_checkpoint, write_checkpoint
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from mpips.config import Config
-from mpips.training.data import (DataError, WorkerShard, _read_digits, iterations_per_epoch,
-                        load_dataset)
+from mpips.paradigms.base import iterations_per_epoch
+from mpips.training.data import DataError, WorkerShard, _read_digits, load_dataset
 
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")

@@ -9,7 +9,7 @@ import pytest
 
 from mpips.config import Config
 from mpips.paradigms import make_paradigm
-from mpips.paradigms.base import ClusterView
+from mpips.paradigms.view import ClusterView
 from mpips.paradigms.dssp import closest_meeting
 
 NAN = math.nan

@@ -14,7 +14,7 @@ from mpips.paradigms.balance import allocate
 from mpips.config import Config, ConfigError
 from mpips.paradigms import make_paradigm
 from mpips.paradigms import lbbsp as lbbsp_module
-from mpips.paradigms.base import ClusterView
+from mpips.paradigms.view import ClusterView
 from mpips.paradigms.lbbsp import published, round_push_times
 
 

@@ -12,7 +12,6 @@ import mpips
 from mpips import config
 from mpips.config import Config, ConfigError, load
 from mpips.paradigms import BUILT_IN, PASS, REGISTRY, Gate, Paradigm, make_paradigm
-from mpips.paradigms import base as paradigms_base  # noqa: F401
 
 
 class Every(Paradigm):

@@ -10,7 +10,7 @@ import pytest
 
 from mpips.config import Config
 from mpips.paradigms import MODE_ASP, MODE_BSP, ClusterView, make_paradigm
-from mpips.paradigms.base import SLOT_MODE, SLOT_MODE_CLOCK
+from mpips.paradigms.view import SLOT_MODE, SLOT_MODE_CLOCK
 from mpips.paradigms.syncswitch import (DECIDING, StragglerDetector, momentum_after_switch,
                                         round_ready)
 from mpips.experiments.syncswitch_search import ProbeRunner, bisect

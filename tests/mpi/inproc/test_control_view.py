@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpips.runtime.state import S, W
 from mpips.runtime.mpi_transport import ControlTable
+from mpips.runtime.state import S, publish_client_row
 
 WORKERS = 3
 
@@ -22,13 +22,8 @@ def test_view_of_a_written_table(servers):
     applied = np.array([[4, 2, 7], [3, 5, 6]])[:servers]
     if comm.Get_rank() == 0:
         for j in range(WORKERS):
-            row = np.zeros(W.EXTRA3 + 1)
-            row[W.CLOCK] = 10 + j
-            row[W.PUSH_T0], row[W.PUSH_T1] = (2.0 + j, 1.0) if j else (0.0, 0.0)  # worker 0: no push yet
-            row[W.ITER_TIME] = 0.5 * j
-            row[W.BATCH] = 16
-            row[W.DONE] = j == 2
-            table.write(table.worker_offset(j), row)
+            publish_client_row(table, j, clock=10 + j, push_times=(2.0 + j, 1.0) if j else (0.0, 0.0),  # worker 0: no push yet
+                               busy=0.5 * j, done=j == 2, wait_total=0.0, elapsed=0.0, samples=0)
         for s in range(servers):
             row = np.zeros(len(S) + WORKERS)
             row[S.PUSHES] = 100 + s
@@ -70,9 +65,8 @@ def test_stall_messages_name_the_server_that_holds_pushes_back():
     table = ControlTable(comm, 0, workers=2, servers=2)
     if comm.Get_rank() == 0:
         for j, (clock, rejected) in enumerate([(5, 0), (3, 1)]):
-            row = np.zeros(W.EXTRA3 + 1)
-            row[W.CLOCK], row[W.REJECTED] = clock, rejected
-            table.write(table.worker_offset(j), row)
+            publish_client_row(table, j, clock=clock, push_times=(0.0, 0.0), busy=0.0, done=False,
+                               rejected=rejected, wait_total=0.0, elapsed=0.0, samples=0)
         for s, applied in enumerate([[5, 3], [4, 3]]):   # server 1 has not applied worker 0's 5th push
             row = np.zeros(len(S) + 2)
             row[len(S):] = applied
