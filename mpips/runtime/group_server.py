@@ -38,7 +38,7 @@ from .state import W, publish_client_row
 
 # A group server's row in the global control table is a worker row whose
 # CLOCK counts the worker pushes it has forwarded (so the global servers'
-# epochs and evaluation schedule count worker pushes), and:
+# epochs and evaluation schedule count worker pushes), and as its extras:
 EXCHANGES = W.EXTRA0     # exchanges so far
 EPOCH_TIME = W.EXTRA1    # its group's speed: GroupSpeed.time (s)
 
@@ -199,11 +199,9 @@ class GroupServer(Server):
         if pushes:
             self.exchange_times = [now, self.exchange_times[0]]
         members = ctx.control.worker_rows(ctx.control.read())[self.members]
-        extras = np.zeros(EPOCH_TIME - W.EXTRA0 + 1)
-        extras[EXCHANGES - W.EXTRA0] = self.exchanges
-        extras[EPOCH_TIME - W.EXTRA0] = np.nan_to_num(self.speed.time)  # 0: not measured yet
-        # the progress line's wait share is the mean over these rows
+        # the progress line's wait share is the mean over these rows; extras
+        # are EXCHANGES, EPOCH_TIME (0: not measured yet)
         publish_client_row(self.up.control, self.g, clock=self.forwarded, push_times=self.exchange_times,
                            busy=duration, done=done, wait_total=members[:, W.WAIT_TOTAL].mean(),
                            elapsed=members[:, W.ELAPSED].mean(), samples=members[:, W.SAMPLES].sum(),
-                           extras=extras)
+                           extras=(self.exchanges, np.nan_to_num(self.speed.time)))
