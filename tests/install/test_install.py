@@ -62,7 +62,7 @@ def test_pip_install_then_the_mpips_command(tmp_path):
     where = run([bin_ / "python", "-c", "import mpips, mpips.analysis; print(mpips.__file__)"], cwd=work)
     assert str(venv) in where and str(source) not in where
     help_ = run([bin_ / "mpips", "--help"], cwd=work)
-    for command in ("train", "simulate", "info", "summarize", "plot", "syncswitch-search"):
+    for command in ("train", "simulate", "compare", "info", "summarize", "plot", "syncswitch-search"):
         assert command in help_
     out = run([bin_ / "mpiexec", "--timeout", "240", "-n", "5", bin_ / "mpips", "train", "--epochs", "1",
                "--paradigm", "ssp", "--slowdown", "1,1,2,4", "--run-dir", "runs/x", "--stall-timeout", "60"],

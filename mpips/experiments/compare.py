@@ -1,0 +1,231 @@
+"""`mpips compare`: paradigms side by side on one job of one's own.
+
+    mpips compare --paradigms bsp,ssp,gssp+gdtopk --seeds 0,1,2 --workers 4 \\
+        --slowdown 1,1,2,4 --epochs 10 --evaluator --runs runs/cmp --out results/cmp
+    mpips compare --simulate --paradigms ssp,dssp --workers 64 --epochs 5
+
+Every (seed, paradigm) is one run with the same train settings; each paradigm
+keeps its own defaults, and PARADIGM+COMPRESSOR (gssp+gdtopk) adds
+--compressor. A run is `LAUNCHER -n RANKS python -m mpips train` (RANKS as
+`mpips ranks` counts them) or, with --simulate, `python -m mpips simulate`,
+each in a fresh process, into RUNS/NAME-sSEED/ with its output in
+RUNS/NAME-sSEED.out. Then the table (and its mean over seeds) on the terminal
+and in OUT/table.md, the runs' raw values in OUT/table.csv and the figures of
+`mpips plot` in OUT/. A run that fails is reported and left out (exit status 1).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from itertools import groupby
+
+from ..config import COMPRESSORS, ConfigError, field_types, load
+from ..io.log import RunLog
+from ..paradigms import available
+from ..runtime.layout import ranks_for
+from .launch import default_launcher, run_to_file
+
+# Settings each run gets from the comparison (--paradigms, --seeds, --runs), not from the user.
+PER_RUN = ("paradigm", "seed", "run_dir")
+
+
+class OptionError(ValueError):
+    """A bad option of `mpips compare`; `str()` is one line naming it and what is allowed."""
+
+    def __init__(self, option: str, value: str, allowed: str):
+        super().__init__(f"invalid {option} {value!r}: {allowed}")
+
+
+def setup_settings(name: str) -> dict:
+    """The settings of one entry of --paradigms: PARADIGM or PARADIGM+COMPRESSOR."""
+    paradigm, plus, compressor = name.partition("+")
+    if paradigm not in available() or (plus and compressor not in COMPRESSORS[1:]):
+        raise OptionError("--paradigms", name, f"one of {', '.join(available())}, each optionally "
+                                               f"+{' or +'.join(COMPRESSORS[1:])} (e.g. gssp+gdtopk)")
+    return {"paradigm": paradigm, **({"compressor": compressor} if plus else {})}
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        return list(dict.fromkeys(int(s) for s in text.split(",")))
+    except ValueError:
+        raise OptionError("--seeds", text, "comma-separated integers, e.g. 0,1,2") from None
+
+
+def flags(settings: dict) -> list[str]:
+    """Settings as `mpips train` flags."""
+    out = []
+    for name, value in settings.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + flag[2:])
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def finished(run_dir: str) -> bool:
+    try:
+        return RunLog(run_dir).status == "finished"
+    except (FileNotFoundError, OSError, KeyError):
+        return False
+
+
+def failure_reason(output: str) -> str:
+    """The line of a failed run's output file that says why: the last one
+    naming an error (mpips' own, a traceback's), else the first line of Open
+    MPI's last message (a block between rules of dashes)."""
+    with open(output, errors="replace") as fh:
+        lines = [ln.strip() for ln in fh.read().replace("\x00", "").splitlines()[1:]]   # [0]: the command
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    if errors:
+        return errors[-1]
+    blocks = [[ln for ln in block if ln] for rule, block in groupby(lines, lambda ln: ln.startswith("---"))
+              if not rule]
+    return ([b[0] for b in blocks if b] or ["no output"])[-1]
+
+
+@dataclass
+class Comparison:
+    """The runs of a comparison, checked when made: a bad entry or setting
+    raises OptionError or ConfigError before anything is trained."""
+    setups: list[str]                     # paradigms, or PARADIGM+COMPRESSOR
+    seeds: list[int]
+    settings: dict                        # train settings of every run, by Config field
+    runs: str                             # where the run directories go
+    simulate: bool = False
+    launcher: str = field(default_factory=default_launcher)   # started as LAUNCHER -n RANKS
+    timeout: float | None = None          # seconds one run may take
+    reuse: bool = False                   # keep runs already finished
+    prefix: str = ""                      # before each run's name (benchmarks/paradigms.py: the cluster)
+    config: str | None = None             # a YAML file of settings, under the flags
+    plugins: list[str] = field(default_factory=list)
+    plan: list[tuple[str, list[str]]] = field(init=False)   # (run directory, command), seeds outermost
+
+    def __post_init__(self):
+        self.setups = list(dict.fromkeys(self.setups))
+        own = (["--config", self.config] if self.config else []) + [a for p in self.plugins for a in ("--plugin", p)]
+        self.plan = []
+        for seed in self.seeds:
+            for name in self.setups:
+                run_dir = os.path.join(self.runs, f"{self.prefix}{name}-s{seed}")
+                settings = {**self.settings, **setup_settings(name), "seed": seed, "run_dir": run_dir}
+                config = load(self.config, settings)
+                if self.simulate:
+                    from ..runtime.simulate import simulated_config   # torch: only to simulate
+
+                    simulated_config(config)
+                    start = [sys.executable, "-m", "mpips", "simulate"]
+                else:
+                    start = [*shlex.split(self.launcher), "-n", str(ranks_for(config)),
+                             sys.executable, "-m", "mpips", "train"]
+                self.plan.append((run_dir, [*start, *own, *flags(settings)]))
+
+    def train(self) -> tuple[list[str], list[str]]:
+        """Train every run; returns (the run directories that finished, 'NAME: why' of each that failed)."""
+        done, failed = [], []
+        for run_dir, cmd in self.plan:
+            name = os.path.basename(run_dir)
+            if self.reuse and finished(run_dir):
+                print(f"{name}: finished earlier, kept", flush=True)
+                done.append(run_dir)
+                continue
+            # a run directory left behind would be resumed from its checkpoint, not trained afresh
+            shutil.rmtree(run_dir, ignore_errors=True)
+            os.makedirs(self.runs, exist_ok=True)
+            output = run_dir + ".out"
+            start = time.perf_counter()
+            code = run_to_file(cmd, output, self.timeout)
+            if code == 0:
+                print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
+                done.append(run_dir)
+                continue
+            why = f"no result within {self.timeout:g} s" if code is None else failure_reason(output)
+            failed.append(f"{name}: {why}")
+            print(f"mpips: run {name} failed: {why} (see {output})", file=sys.stderr, flush=True)
+        return done, failed
+
+
+@dataclass
+class Report:
+    rows: list[dict]        # one per run (mpips.analysis.summarize.rows)
+    text: str               # the table, and its mean over seeds when there are several
+    markdown: str           # the same in Markdown
+    figures: list[str]
+
+
+def report(runs: list[str], out: str, *, target: float, csv: str) -> Report:
+    """The table of `runs`, its raw values written to `csv`, and every figure
+    in `out`; timelines and dynamics only for the first seed's runs (the
+    others add to the summaries)."""
+    # pandas and matplotlib only once there is something to show
+    from ..analysis.plot import plot_runs
+    from ..analysis.summarize import mean_rows, render_markdown, render_text, rows, write_csv
+
+    table = rows(runs, target)
+    first = table[0]["seed"]
+    figures = plot_runs(runs, out, target=target,
+                        per_run=[d for d, r in zip(runs, table) if r["seed"] == first])
+    write_csv(table, csv)
+    seeds = sorted({r["seed"] for r in table})
+    means = mean_rows(table) if len(seeds) > 1 else []
+
+    def both(render) -> str:
+        text = render(table, target).rstrip("\n") + "\n"
+        if means:
+            text += f"\nMean over seeds {seeds}:\n\n" + render(means, target).rstrip("\n") + "\n"
+        return text
+
+    return Report(table, both(render_text), both(render_markdown), figures)
+
+
+def add_arguments(p) -> None:
+    """`mpips compare`'s own options (cli.py adds every train setting but PER_RUN)."""
+    p = p.add_argument_group("comparison (the other options: train settings of every run)")
+    p.add_argument("--paradigms", default=",".join(available()), metavar="P[+COMPRESSOR],...",
+                   help="paradigms to compare, a PARADIGM+COMPRESSOR (gssp+gdtopk) with --compressor "
+                        "[default: every registered one]")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds, one run each [default: 0]")
+    p.add_argument("--runs", default=os.path.join("runs", "compare"),
+                   help="where the run directories go [default: runs/compare]")
+    p.add_argument("--out", default=None, help="where table.md, table.csv and the figures go "
+                                               "[default: RUNS/summary]")
+    p.add_argument("--simulate", action="store_true", default=False,
+                   help="run each in the simulator (`mpips simulate`, virtual time) instead of under MPI")
+    p.add_argument("--launcher", default=default_launcher(),
+                   help="command that starts N ranks with -n N, e.g. 'srun --mpi=pmix' [default: mpiexec]")
+    p.add_argument("--timeout", type=float, default=None, help="seconds one run may take [default: none]")
+    p.add_argument("--reuse", action="store_true", default=False,
+                   help="keep runs already finished in RUNS (to resume, or redo the table and figures)")
+    p.add_argument("--target", type=float, default=0.9,
+                   help="accuracy of the time-to-target column [default: 0.9]")
+
+
+def cmd_compare(args) -> int:
+    settings = {k: v for k, v in vars(args).items() if k in field_types()}   # the train settings given
+    try:
+        comparison = Comparison(
+            setups=args.paradigms.split(","), seeds=parse_seeds(args.seeds), settings=settings,
+            runs=args.runs, simulate=args.simulate, launcher=args.launcher, timeout=args.timeout,
+            reuse=args.reuse, config=getattr(args, "config", None), plugins=getattr(args, "plugin", []))
+    except (OptionError, ConfigError) as e:
+        print(f"mpips: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    runs, failed = comparison.train()
+    if not runs:
+        print("mpips: error: no run finished", file=sys.stderr, flush=True)
+        return 1
+    out = args.out or os.path.join(args.runs, "summary")
+    result = report(runs, out, target=args.target, csv=os.path.join(out, "table.csv"))
+    with open(os.path.join(out, "table.md"), "w") as fh:
+        fh.write(result.markdown)
+    print(result.text, end="")
+    print(f"table and {len(result.figures)} figures in {out}/")
+    if failed:
+        print(f"mpips: {len(failed)} of {len(comparison.plan)} runs failed (above) and are left out",
+              file=sys.stderr, flush=True)
+    return 1 if failed else 0
