@@ -20,7 +20,7 @@ import tempfile
 import numpy as np
 from common import mpiexec, table, write_results
 
-from mpips.experiments.emulation import parse_device_time
+from mpips.training.emulation import parse_device_time
 from mpips.io.log import RunLog
 
 WORKERS, BATCH = 8, 16

@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--eval-every", type=float, default=0.25, help="epochs between evaluations")
     p.add_argument("--device-time", default="20ms", help="emulated device time of an iteration "
-                   "(mpips/experiments/emulation.py): the cluster, not this machine's contention, sets the times")
+                   "(mpips/training/emulation.py): the cluster, not this machine's contention, sets the times")
     p.add_argument("--target", type=float, default=0.9, help="accuracy of the time-to-target column")
     p.add_argument("--runs", default="runs/compare", help="where the run directories go")
     p.add_argument("--name", default="paradigms", help="results/<name>.md|json|csv and results/<name>/")

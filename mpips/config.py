@@ -11,12 +11,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .experiments.emulation import parse_device_time, parse_random_stragglers, parse_stragglers
 from .paradigms import REGISTRY as PARADIGMS  # the registry itself: registered paradigms are choices too
 from .paradigms.compress import COMPRESSORS
 from .paradigms.grouping import GROUPINGS
 from .paradigms.predict import PREDICTORS
 from .paradigms.value_staleness import VSGD_RULES
+from .training.emulation import parse_device_time, parse_random_stragglers, parse_stragglers
 from .validate import ConfigError, coerce_to  # noqa: F401 - ConfigError: part of this module's interface
 
 DATASETS = ("digits", "mnist", "cifar10", "synthetic")

@@ -1,2 +1,3 @@
-"""Setting up experiments: emulated heterogeneity and device time, starting
-`mpiexec` jobs from Python, and Sync-Switch's search for its switch point."""
+"""Running experiments: `mpiexec` jobs from Python, `mpips compare` (a run per
+seed and paradigm, then one table), and Sync-Switch's search for its switch
+point."""

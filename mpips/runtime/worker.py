@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from ..config import parse_points
-from ..experiments.emulation import Slowdown
 from ..paradigms.compress import make_compressor
+from ..training.emulation import Slowdown
 from ..training.flatmodel import FlatModel
 from .context import Context
 from .state import S, W, publish_client_row
@@ -163,7 +163,7 @@ class Worker:
 
     def emulated_compute(self, it: int, batch) -> tuple[float, float, float, bool]:
         """The real forward/backward, then the emulated device's time slept
-        out (mpips/experiments/emulation.py); returns (loss, seconds in all, of them slept,
+        out (mpips/training/emulation.py); returns (loss, seconds in all, of them slept,
         overrun: the real compute alone took longer than the model allows,
         so this iteration is not emulated faithfully)."""
         clock = self.ctx.clock

@@ -10,7 +10,7 @@ import importlib
 import torch
 from torch import nn
 
-from ..config import ConfigError
+from ..validate import ConfigError
 
 BUILTIN_MODELS = ("mlp", "lenet5", "resnet")
 ALLOWED = "allowed: mlp, lenet5, resnet, or package.module:function"

@@ -7,7 +7,7 @@ import torch
 import pytest
 
 from mpips.config import Config, ConfigError
-from mpips.experiments.emulation import Slowdown, parse_stragglers
+from mpips.training.emulation import Slowdown, parse_stragglers
 from mpips.io.log import RankLog, RunLog, write_run_end, write_run_header
 from mpips.runtime.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
 
