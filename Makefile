@@ -78,8 +78,11 @@ bench: install
 
 # Every paradigm on the same job, heterogeneous and homogeneous cluster: the table
 # and figures in benchmarks/results/paradigms.md and paradigms/ (README, Results).
+# The paradigm comparison on an emulated 8-worker cluster (1,1,1,1,2,2,4,4 + a straggler, and
+# homogeneous), 3 seeds, in the simulator (a core per rank); the seed papers' claims checked.
+# Under MPI on this machine: python benchmarks/paradigms.py (4 workers).
 compare: install
-	$(PY) benchmarks/paradigms.py
+	$(PY) benchmarks/paradigms.py --simulate --workers 8 --seeds 0,1,2 --epochs 30 --target 0.93 --name paradigms-8 --runs runs/compare-8
 
 clean:
 	rm -rf runs .pytest_cache
