@@ -29,7 +29,7 @@ from .context import Context
 from .data import WorkerShard
 from .flatmodel import FlatModel
 from .levels import decide_groups, global_level, group_level, group_server, profile, start_group_server
-from .inprocess import LocalControlTable, LocalParameterStore, Network, SharedParameters
+from .inprocess import LocalControlTable, LocalParameterStore, Network, SharedParameters, watch_gates
 from .layout import GROUP_SERVER, SERVER, WORKER, make_layout, ranks_for
 from .log import RankLog, rank_file
 from .paradigms import make_paradigm
@@ -76,6 +76,7 @@ def simulate(config: Config) -> str:
         # every rank its own paradigm and model, as every MPI rank (the same initial weights)
         mine = make_paradigm(config, layout.workers)
         mine.set_iterations(iterations)
+        watch_gates(mine)
         control = LocalControlTable(table, scheduler, layout.clients, layout.servers)
         contexts.append(Context(
             config=config, layout=layout, comm=None, role_comm=None, rank=rank, role=role, index=index,
