@@ -114,7 +114,8 @@ class Scheduler:
                 task = self._runnable.popleft()
                 self.current = task
                 self.switches += 1
-                torch.set_grad_enabled(task.grad_enabled)
+                if not task.grad_enabled:   # (set only when off: a microsecond a call)
+                    torch.set_grad_enabled(False)
                 try:
                     task.greenlet.switch()
                 except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
@@ -122,7 +123,8 @@ class Scheduler:
                 finally:
                     task.grad_enabled = torch.is_grad_enabled()
                     self.current = None
-                    torch.set_grad_enabled(True)
+                    if not task.grad_enabled:
+                        torch.set_grad_enabled(True)
                 continue
             if self._woken:
                 for task in sorted(self._woken, key=self._woken.get):
