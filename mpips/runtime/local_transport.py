@@ -5,7 +5,8 @@ The same verbs as the MPI windows (mpips/runtime/mpi_transport.py): a `LocalPara
 pulls, pushes into a client's gradient slot, takes the pushed gradients and
 publishes; a `LocalControlTable` reads, writes and fetch-and-adds. Every role
 gets its own handle on one set of arrays (as every rank its own window
-object), and every write tells the scheduler that the shared state changed.
+object), and every write tells the scheduler that the shared state changed,
+and a control table's writes which cells (`watch_gates`).
 
 Costs (the `Network` model, documented in docs/simulator.md): a pull or a
 push takes latency + bytes / bandwidth of virtual time, its data read or
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .scheduler import Scheduler
-from .state import SlotRows, TableLayout, shard_bounds, sum_slots
+from .state import SlotRows, TableLayout, TableView, shard_bounds, sum_slots
 
 
 @dataclass
@@ -141,14 +142,43 @@ class LocalControlTable(TableLayout):
 
     def write(self, offset: int, values) -> None:
         vals = np.asarray(values, dtype=np.float64).reshape(-1)
-        self._table[offset:offset + len(vals)] = vals
-        self._scheduler.changed(id(self._table))
+        cells = self._table[offset:offset + len(vals)]
+        # bit for bit: a cell rewritten with its value changes nothing (a
+        # server's row holds every worker's applied count, a step moves a few)
+        changed = np.flatnonzero(cells.view(np.int64) != vals.view(np.int64))
+        cells[:] = vals
+        if changed.size:
+            self._scheduler.changed(id(self._table), (changed + offset).tolist())
 
     def add(self, offset: int, value: float) -> float:
         before = float(self._table[offset])
-        self._table[offset] = before + value
-        self._scheduler.changed(id(self._table))
+        self.write(offset, [before + value])
         return before
+
+    def waits_for(self, view: TableView, workers) -> None:
+        """The running check read `view` of this table and can pass only
+        once `workers` progress (see watch_gates)."""
+        self._scheduler.depends_on(id(self._table), view.cells(workers))
 
     def free(self) -> None:
         pass
+
+
+def watch_gates(paradigm) -> None:
+    """Re-check a worker's gate only when it may pass. A gate that does not
+    pass cannot before each worker in its `waiting_for` has more pushes
+    applied or is done (paradigms.base.Gate); so it waits for one of them,
+    the one furthest behind, and the scheduler skips every check in between
+    (at 256 workers, most writes would otherwise wake most gates, all to
+    fail: benchmarks/results/simulator.md)."""
+    gate = paradigm.gate
+
+    def watched(worker: int, view):
+        answer = gate(worker, view)
+        if not answer.ok and answer.waiting_for:
+            clocks, applied, _ = view.progress()
+            behind = min(answer.waiting_for, key=lambda j: (applied[j], clocks[j], j))
+            view.table.waits_for(view, [behind])
+        return answer
+
+    paradigm.gate = watched

@@ -6,9 +6,14 @@ ends. Sleeps advance virtual time (a heap of wake-up times, ties in the order
 the sleeps were asked for); a wait whose condition is false parks the task
 until the shared state changes (the in-process transport calls `changed()` on
 every write) and every task due at the current instant has run, then checks
-again; a wait is woken only by writes to what its last check read (a GSSP
-group's table, not another group's), else every write would wake every
-parked task. Nothing depends on the wall clock or on thread timing, so a run is
+again, the tasks woken together in the order their waits began. A wait is
+woken only by writes to what its last check read (a GSSP group's table, not
+another group's) or, where the check says so (`depends_on`), to the parts of
+it that can make it pass (a worker's gate: the applied count of a worker it
+waits for), else every write would wake every parked task, mostly to fail
+again (benchmarks/results/simulator.md). A check skipped would have failed:
+a task resumes at the same virtual instant as if it were woken by every write.
+Nothing depends on the wall clock or on thread timing, so a run is
 bit-reproducible, and a wait that can never end is found at once: no task
 can run, none sleeps, and the stall names what each waiting task waits for.
 
@@ -45,8 +50,10 @@ class Task:
         # task that sleeps inside `torch.no_grad()` (an evaluation's pull)
         # must not leave it off for the next
         self.grad_enabled = True
-        self.reads: set[int] = set()   # the sources its last readiness check read
-        self.parked = 0                # the number of its current park, 0 when not parked
+        self.reads: dict[int, int] = {}     # source -> times its last readiness check read it
+        self.depends: dict[int, list] = {}  # source -> the parts of it that check depends on
+        self.number = 0                     # its current wait's place in line
+        self.parked = 0                     # the token of its current park, 0 when not parked
 
         def run():
             self.result = body()
@@ -62,10 +69,11 @@ class Scheduler:
         self._main = greenlet.getcurrent()
         self._runnable: deque[Task] = deque()
         self._timers: list[tuple[float, int, Task]] = []
-        self._parked: dict[Task, int] = {}                 # parked task -> its park number
-        self._by_source: dict[int, list[tuple[Task, int]]] = {}
-        self._dirty: set[int] = set()
-        self._seq = 0
+        self._parked: dict[Task, int] = {}     # parked task -> its wait's number
+        # source, or (source, part) -> the tasks parked on its changes, and their park tokens
+        self._waiting: dict[object, dict[Task, int]] = {}
+        self._woken: dict[Task, int] = {}      # woken tasks -> their wait's number
+        self._seq = 0         # orders sleeps of the same instant, waits, parks
         self.current: Task | None = None
         self.switches = 0     # task resumptions: the simulator's own work (benchmarks/simulator.py)
         self.clock = VirtualClock(self)
@@ -75,28 +83,28 @@ class Scheduler:
         self._runnable.append(task)
         return task
 
-    def changed(self, source: int) -> None:
-        """`source` (a table, a parameter store) changed: the waits that read
-        it check again (once every task due now has run, so one check sees
-        all of this instant's writes)."""
-        self._dirty.add(source)
+    def changed(self, source: int, parts=()) -> None:
+        """`source` (a table, a parameter store) changed, at `parts` of it:
+        the waits that depend on it check again (once every task due now has
+        run, so one check sees all of this instant's writes)."""
+        for key in (source, ANY, *((source, p) for p in parts)):
+            for task, token in self._waiting.pop(key, {}).items():
+                if task.parked == token:   # else woken since, or parked again
+                    self._woken[task] = task.number
 
     def read(self, source: int) -> None:
         """The running task read `source`."""
         if self.current is not None:
-            self.current.reads.add(source)
+            reads = self.current.reads
+            reads[source] = reads.get(source, 0) + 1
 
-    def _wake(self) -> None:
-        """Make runnable, in the order they parked, the parked tasks that read a changed source."""
-        woken = {}
-        for source in (*self._dirty, ANY):
-            for task, number in self._by_source.pop(source, ()):
-                if self._parked.get(task) == number:   # else woken since, or parked again
-                    woken[task] = number
-        self._dirty.clear()
-        for task in sorted(woken, key=woken.get):
-            del self._parked[task]
-            self._runnable.append(task)
+    def depends_on(self, source: int, parts: list) -> None:
+        """The running check's answer, from its one read of `source`, can
+        change only where `parts` of it change (the in-process transport
+        names the parts it writes)."""
+        task = self.current
+        if task is not None and task.reads.get(source) == 1:
+            task.depends[source] = parts
 
     def run(self) -> None:
         """Run every task to its end. Raises TaskFailed if one raises (the
@@ -106,7 +114,8 @@ class Scheduler:
                 task = self._runnable.popleft()
                 self.current = task
                 self.switches += 1
-                torch.set_grad_enabled(task.grad_enabled)
+                if not task.grad_enabled:   # (set only when off: a microsecond a call)
+                    torch.set_grad_enabled(False)
                 try:
                     task.greenlet.switch()
                 except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
@@ -114,12 +123,16 @@ class Scheduler:
                 finally:
                     task.grad_enabled = torch.is_grad_enabled()
                     self.current = None
-                    torch.set_grad_enabled(True)
+                    if not task.grad_enabled:
+                        torch.set_grad_enabled(True)
                 continue
-            if self._dirty:
-                self._wake()
-                if self._runnable:
-                    continue
+            if self._woken:
+                for task in sorted(self._woken, key=self._woken.get):
+                    task.parked = 0
+                    del self._parked[task]
+                    self._runnable.append(task)
+                self._woken.clear()
+                continue
             if self._timers:
                 self.now = self._timers[0][0]
                 while self._timers and self._timers[0][0] == self.now:
@@ -144,14 +157,18 @@ class Scheduler:
         state changed; `warn` and `due` do not apply (nothing polls)."""
         task = self.current
         task.reads.clear()
+        task.depends.clear()
         if ready():
             return 0.0
         start = self.now
         task.waiting_for = (what, describe)
+        self._seq += 1
+        task.number = self._seq
         while True:
             self._park(task)
             self._main.switch()
             task.reads.clear()
+            task.depends.clear()
             if ready():
                 task.waiting_for = None
                 return self.now - start
@@ -159,13 +176,17 @@ class Scheduler:
                 raise StallError(f"{what}: stalled {self.now - start:.0f}s of virtual time "
                                  f"(stall_timeout); waiting for {describe()}")
 
-
     def _park(self, task: Task) -> None:
         self._seq += 1
-        self._parked[task] = self._seq
+        task.parked = self._seq
+        self._parked[task] = task.number
+        keys = []
+        for source, times in task.reads.items():
+            parts = task.depends.get(source) if times == 1 else None
+            keys += [source] if parts is None else [(source, p) for p in parts]
         # a check that read nothing through the transport waits for any change
-        for source in task.reads or (ANY,):
-            self._by_source.setdefault(source, []).append((task, self._seq))
+        for key in keys or (ANY,):
+            self._waiting.setdefault(key, {})[task] = task.parked
 
 
 ANY = -1   # the source of every change, for waits that read none

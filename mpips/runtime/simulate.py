@@ -33,7 +33,7 @@ from .context import Context
 from .job import TrainingFailed, announce, default_run_dir, judge_training, prepare, sized
 from .layout import GROUP_SERVER, SERVER, WORKER, make_layout, ranks_for
 from .levels import decide_groups, global_level, group_level, group_server, profile, start_group_server
-from .local_transport import LocalControlTable, LocalParameterStore, Network, SharedParameters
+from .local_transport import LocalControlTable, LocalParameterStore, Network, SharedParameters, watch_gates
 from .roles import start_role
 from .scheduler import Scheduler
 from .worker import Worker
@@ -77,6 +77,7 @@ def simulate(config: Config) -> str:
         # every rank its own paradigm and model, as every MPI rank (the same initial weights)
         mine = make_paradigm(config, layout.workers)
         mine.set_iterations(iterations)
+        watch_gates(mine)
         control = LocalControlTable(table, scheduler, layout.clients, layout.servers)
         contexts.append(Context(
             config=config, layout=layout, comm=None, role_comm=None, rank=rank, role=role, index=index,

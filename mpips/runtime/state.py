@@ -287,3 +287,24 @@ class TableView(ClusterView):
     @property
     def num_workers(self) -> int:
         return self._table.workers
+
+    @property
+    def table(self) -> TableLayout:
+        return self._table
+
+    def cells(self, workers) -> list[int]:
+        """The cells of the table whose change can make a gate that read this
+        view and waits for `workers` pass (Gate.waiting_for): their applied
+        counts and done flags, and the cluster-wide fields it read (mode, updates, ...)."""
+        t, read = self._table, self.__dict__   # a _lazy field, once read, is in __dict__
+        servers = range(t.servers)
+        cells = [t.server_offset(s, _NS + j) for j in workers for s in servers]
+        cells += [t.worker_offset(j, _DONE) for j in workers]
+        cells += [slot for name, slots in _GLOBAL_FIELDS.items() if name in read for slot in slots]
+        cells += [t.server_offset(s, col) for name, col in _SERVER_FIELDS.items() if name in read for s in servers]
+        return cells
+
+
+# the fields of a view not of one worker, and where they are: global slots, servers' columns
+_GLOBAL_FIELDS = {"mode": [SLOT_MODE], "mode_clock": [SLOT_MODE_CLOCK], "slots": [int(G.EXTRA0), int(G.EXTRA1)]}
+_SERVER_FIELDS = {"updates": int(S.PUSHES), "path_length": int(S.PATH), "update_norm_ema": int(S.NORM_EMA)}

@@ -83,6 +83,43 @@ def test_a_wait_that_cannot_end_is_a_deadlock_naming_it():
         scheduler.run()
 
 
+
+def test_a_gate_is_checked_again_only_once_a_worker_it_waits_for_progresses():
+    """Worker 0 at clock 1 (SSP, s=0) waits for workers 1 and 2; the other
+    writes (pushes not yet applied, a budget claim) would only wake it to
+    fail, and so would worker 2's push applied: it waits for worker 1."""
+    from mpips.runtime.local_transport import LocalControlTable, watch_gates
+    from mpips.paradigms import make_paradigm
+    from mpips.runtime.state import G, S, W
+
+    scheduler = Scheduler()
+    control = LocalControlTable(LocalControlTable.shared(3, 1), scheduler, 3, 1)
+    ssp = make_paradigm(Config(paradigm="ssp", staleness=0, workers=3), 3)
+    watch_gates(ssp)
+    applied = lambda j: control.write(control.server_offset(0, len(S) + j), [1])
+    control.write(control.worker_offset(0, W.CLOCK), [1])
+    applied(0)
+    checks = []
+
+    def gate():
+        def ready():
+            checks.append(scheduler.now)
+            return ssp.gate(0, control.view(control.read(), scheduler.now)).ok
+        scheduler.wait_until(ready, what="gate", describe=str, warn=1, timeout=10)
+
+    def others():
+        for step in (lambda: control.write(control.worker_offset(2, W.CLOCK), [1]), lambda: applied(2),
+                     lambda: control.add(G.CLAIMED, 16), lambda: control.write(control.worker_offset(1), [1]),
+                     lambda: applied(1)):
+            scheduler.sleep(1.0)
+            step()
+
+    scheduler.spawn("worker 0", gate)
+    scheduler.spawn("others", others)
+    scheduler.run()
+    assert checks == [0.0, 5.0]
+
+
 def test_torch_grad_mode_is_each_tasks_own():
     """A task sleeping inside torch.no_grad() (an inline evaluation pulling
     the parameters) leaves grad mode on for the others: all tasks share one
