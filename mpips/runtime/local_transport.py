@@ -61,7 +61,7 @@ class SharedParameters:
 
 
 class LocalParameterStore(SlotRows):
-    """One role's handle on `SharedParameters` (mpips/mpi_transport.ParameterStore's verbs).
+    """One role's handle on `SharedParameters` (mpi_transport.ParameterStore's verbs).
     `server`: the index of the server this role is, or None."""
 
     def __init__(self, shared: SharedParameters, scheduler: Scheduler, network: Network, *,
