@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
@@ -40,6 +41,25 @@ def mpiexec(n: int, args: list[str], *, timeout: float = 240, env: dict | None =
     full_env = {**os.environ, **MPI_ENV, **(env or {})}
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env,
                           timeout=timeout + 30, text=True, errors="replace")
+
+
+def kill_job(p: subprocess.Popen) -> None:
+    """SIGKILL mpiexec and every process it started (a node lost). Killing
+    mpiexec alone, or its process group, leaves the ranks running: each is
+    in a process group of its own, and they would go on training for the
+    rest of their epochs under the next tests."""
+    try:
+        procs = [psutil.Process(p.pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        procs = []
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=30)
+    p.wait()
 
 
 def train(n: int, run_dir, *flags: str, timeout: float = 240, check: bool = True) -> Job:

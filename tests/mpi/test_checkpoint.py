@@ -16,10 +16,9 @@ import time
 
 import h5py
 import numpy as np
-import psutil
 import pytest
 
-from conftest import MPI_ENV, MPIEXEC, assert_each_sample_once, train
+from conftest import MPI_ENV, MPIEXEC, assert_each_sample_once, kill_job, train
 
 from mpips.io.checkpoint import CheckpointError, checkpoint_files, decode, read_checkpoint
 from mpips.io.log import RunLog
@@ -79,18 +78,7 @@ def _kill_after_a_checkpoint(run_dir, timeout=120) -> bool:
                 break
             time.sleep(0.02)
     finally:
-        try:
-            procs = [psutil.Process(p.pid)]
-            procs += procs[0].children(recursive=True)
-        except psutil.NoSuchProcess:
-            procs = []
-        for proc in procs:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(procs, timeout=30)
-        p.wait()
+        kill_job(p)
     assert RunLog(str(run_dir)).status != "finished", "the job finished before the kill"
     return _newest_clocks(run_dir) == clocks
 

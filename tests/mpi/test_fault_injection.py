@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import MPI_ENV, MPIEXEC, train
+from conftest import MPI_ENV, MPIEXEC, kill_job, train
 from mpips.io.checkpoint import checkpoint_files
 from mpips.io.log import RunLog
 from mpips.training.models import build_model
@@ -65,7 +65,7 @@ def _lines(p: subprocess.Popen) -> list[str]:
 def _output(p: subprocess.Popen, lines: list[str]) -> str:
     """The job's whole output, once it ended (killed if a check failed first)."""
     if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
+        kill_job(p)
     time.sleep(0.2)   # the reader thread takes the last lines
     return "".join(lines).replace("\x00", "")
 

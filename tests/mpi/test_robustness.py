@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -10,7 +9,7 @@ import time
 import h5py
 import pytest
 
-from conftest import MPI_ENV, MPIEXEC, mpiexec, train
+from conftest import MPI_ENV, MPIEXEC, kill_job, mpiexec, train
 
 
 def test_worker_exception_aborts_the_whole_job(tmp_path):
@@ -68,8 +67,7 @@ def test_killed_run_leaves_a_readable_log(tmp_path):
                 pass
         assert rows >= 200, "the run did not log iterations in time"
     finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+        kill_job(p)
     from mpips.io.log import RunLog
 
     log = RunLog(str(run))
