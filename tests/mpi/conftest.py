@@ -17,11 +17,10 @@ import psutil
 import pytest
 import torch
 
-from mpips.training.data import GlobalStream, WorkerShard, load_dataset
-from mpips.io.log import RunLog
-from mpips.training.models import build_model
-
 from mpips.experiments.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
+from mpips.io.log import RunLog
+from mpips.training.data import GlobalStream, WorkerShard, load_dataset
+from mpips.training.models import build_model
 
 
 @dataclass
