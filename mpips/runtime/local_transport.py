@@ -201,9 +201,12 @@ def watch_gates(paradigm) -> None:
 
     def watched(worker: int, view):
         answer = gate(worker, view)
-        if not answer.ok and answer.waiting_for:
+        waiting_for = answer.waiting_for
+        if not answer.ok and len(waiting_for) == 1:   # (most often its own pushes: no need to rank)
+            view.table.waits_for(view, waiting_for)
+        elif not answer.ok and waiting_for:
             clocks, applied, _ = view.progress()
-            behind = min(answer.waiting_for, key=lambda j: (applied[j], clocks[j], j))
+            behind = min(waiting_for, key=lambda j: (applied[j], clocks[j], j))
             view.table.waits_for(view, [behind])
         return answer
 

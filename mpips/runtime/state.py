@@ -227,6 +227,11 @@ class TableView(ClusterView):
     def clock(self, worker: int) -> int:
         return int(self._snap[_NG + worker * _NW + _CLOCK])
 
+    def applied_to(self, worker: int) -> int:
+        # two cells, not the whole column: a gate that waits for its own pushes reads only these
+        t = self._table
+        return int(min(self._snap[t.server_offset(s, _NS + worker)] for s in range(t.servers)))
+
     def progress(self) -> tuple[list, list, list]:
         return self._progress
 
