@@ -57,6 +57,10 @@ class ClusterView:
         """One worker's clock (what a polled gate reads first)."""
         return int(self.clocks[worker])
 
+    def applied_to(self, worker: int) -> int:
+        """One worker's pushes applied by every server (read-your-writes)."""
+        return int(self.applied[worker])
+
     def progress(self) -> tuple[list, list, list]:
         """(clocks, applied, done) as Python lists, the form a polled gate
         reads fastest (numbers may be floats holding integers; not to be

@@ -104,8 +104,11 @@ class Context:
         pushes to be applied make this wait nothing."""
         from .state import S
 
+        control = self.control
+        cells = [control.server_offset(s, len(S) + row) for s in range(control.servers)]
+
         def taken():
-            return self.control.server_rows(self.control.read())[:, len(S) + row]
+            return control.read_cells(cells)
 
         def describe():
             ranks = self.store.world_server_ranks
@@ -131,9 +134,11 @@ class Context:
         `stop` (a done worker's) takes a checkpoint asked for meanwhile."""
         from .state import S
 
+        control = self.control
+        cells = [control.server_offset(s, S.DONE) for s in range(control.servers)]
+
         def ready():
-            rows = self.control.server_rows(self.control.read())
-            return bool((rows[:, S.DONE] > 0).all())
+            return all(control.read_cells(cells) > 0)
 
         def describe():
             rows = self.control.server_rows(self.control.read())

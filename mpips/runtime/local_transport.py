@@ -119,30 +119,56 @@ class LocalParameterStore(SlotRows):
         pass
 
 
-class LocalControlTable(TableLayout):
-    """One role's handle on a control table held in one shared array."""
+class SharedTable:
+    """The array behind the handles of one control table. A read hands out
+    the array itself, read-only, not a copy: a write copies it first if it
+    was handed out since the last write, so a snapshot never changes under
+    its reader, and the many reads between two writes (gate checks, server
+    polls) copy nothing."""
 
-    def __init__(self, table: np.ndarray, scheduler: Scheduler, workers: int, servers: int):
+    def __init__(self, size: int):
+        self.size = size
+        self.cells = np.zeros(size)
+        self.lent = False
+
+    def writable(self) -> np.ndarray:
+        if self.lent:
+            self.cells = self.cells.copy()
+            self.lent = False
+        return self.cells
+
+
+class LocalControlTable(TableLayout):
+    """One role's handle on a control table held in one `SharedTable`."""
+
+    def __init__(self, table: SharedTable, scheduler: Scheduler, workers: int, servers: int):
         super().__init__(workers, servers)
         if table.size != self.size:
             raise ValueError(f"a table of {table.size} slots for {workers} workers and {servers} servers")
         self._table, self._scheduler = table, scheduler
 
     @classmethod
-    def shared(cls, workers: int, servers: int) -> np.ndarray:
+    def shared(cls, workers: int, servers: int) -> SharedTable:
         """The array behind the handles of one table."""
-        return np.zeros(TableLayout(workers, servers).size)
+        return SharedTable(TableLayout(workers, servers).size)
 
     def read(self) -> np.ndarray:
-        self._scheduler.read(id(self._table))
-        # a new array each time: `latest` is the last read, and whoever holds
-        # an earlier one keeps its snapshot (one copy instead of two)
-        self._snap = self._table.copy()
+        table = self._table
+        self._scheduler.read(id(table))
+        if not table.lent:
+            table.cells.flags.writeable = False
+            table.lent = True
+        self._snap = table.cells
         return self._snap
+
+    def read_cells(self, offsets: list[int]) -> np.ndarray:
+        # a wait on these cells is checked again only when one of them changes
+        self._scheduler.read(id(self._table), offsets)
+        return self._table.cells[offsets]
 
     def write(self, offset: int, values) -> None:
         vals = np.asarray(values, dtype=np.float64).reshape(-1)
-        cells = self._table[offset:offset + len(vals)]
+        cells = self._table.writable()[offset:offset + len(vals)]
         # bit for bit: a cell rewritten with its value changes nothing (a
         # server's row holds every worker's applied count, a step moves a few)
         changed = np.flatnonzero(cells.view(np.int64) != vals.view(np.int64))
@@ -151,7 +177,7 @@ class LocalControlTable(TableLayout):
             self._scheduler.changed(id(self._table), (changed + offset).tolist())
 
     def add(self, offset: int, value: float) -> float:
-        before = float(self._table[offset])
+        before = float(self._table.cells[offset])
         self.write(offset, [before + value])
         return before
 
@@ -175,9 +201,12 @@ def watch_gates(paradigm) -> None:
 
     def watched(worker: int, view):
         answer = gate(worker, view)
-        if not answer.ok and answer.waiting_for:
+        waiting_for = answer.waiting_for
+        if not answer.ok and len(waiting_for) == 1:   # (most often its own pushes: no need to rank)
+            view.table.waits_for(view, waiting_for)
+        elif not answer.ok and waiting_for:
             clocks, applied, _ = view.progress()
-            behind = min(answer.waiting_for, key=lambda j: (applied[j], clocks[j], j))
+            behind = min(waiting_for, key=lambda j: (applied[j], clocks[j], j))
             view.table.waits_for(view, [behind])
         return answer
 

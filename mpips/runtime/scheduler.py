@@ -8,7 +8,7 @@ until the shared state changes (the in-process transport calls `changed()` on
 every write) and every task due at the current instant has run, then checks
 again, the tasks woken together in the order their waits began. A wait is
 woken only by writes to what its last check read (a GSSP group's table, not
-another group's) or, where the check says so (`depends_on`), to the parts of
+another group's; the cells it read, where it read only some) or, where the check says so (`depends_on`), to the parts of
 it that can make it pass (a worker's gate: the applied count of a worker it
 waits for), else every write would wake every parked task, mostly to fail
 again (benchmarks/results/simulator.md). A check skipped would have failed:
@@ -50,8 +50,8 @@ class Task:
         # task that sleeps inside `torch.no_grad()` (an evaluation's pull)
         # must not leave it off for the next
         self.grad_enabled = True
-        self.reads: dict[int, int] = {}     # source -> times its last readiness check read it
-        self.depends: dict[int, list] = {}  # source -> the parts of it that check depends on
+        self.reads: dict[int, int] = {}     # source -> times its last readiness check read all of it
+        self.depends: dict[int, list] = {}  # source -> the parts of it that check read, or depends on
         self.number = 0                     # its current wait's place in line
         self.parked = 0                     # the token of its current park, 0 when not parked
 
@@ -92,19 +92,23 @@ class Scheduler:
                 if task.parked == token:   # else woken since, or parked again
                     self._woken[task] = task.number
 
-    def read(self, source: int) -> None:
-        """The running task read `source`."""
-        if self.current is not None:
-            reads = self.current.reads
-            reads[source] = reads.get(source, 0) + 1
+    def read(self, source: int, parts=None) -> None:
+        """The running task read `source`, or only `parts` of it."""
+        task = self.current
+        if task is not None:
+            if parts is None:
+                task.reads[source] = task.reads.get(source, 0) + 1
+            else:
+                task.depends.setdefault(source, []).extend(parts)
 
     def depends_on(self, source: int, parts: list) -> None:
-        """The running check's answer, from its one read of `source`, can
-        change only where `parts` of it change (the in-process transport
+        """The running check's answer, from its one read of all of `source`,
+        can change only where `parts` of it change (the in-process transport
         names the parts it writes)."""
         task = self.current
         if task is not None and task.reads.get(source) == 1:
-            task.depends[source] = parts
+            task.reads[source] = 0
+            task.depends.setdefault(source, []).extend(parts)
 
     def run(self) -> None:
         """Run every task to its end. Raises TaskFailed if one raises (the
@@ -180,10 +184,11 @@ class Scheduler:
         self._seq += 1
         task.parked = self._seq
         self._parked[task] = task.number
-        keys = []
-        for source, times in task.reads.items():
-            parts = task.depends.get(source) if times == 1 else None
-            keys += [source] if parts is None else [(source, p) for p in parts]
+        reads = task.reads
+        keys = [source for source, times in reads.items() if times]
+        for source, parts in task.depends.items():
+            if not reads.get(source):   # (a read of all of it covers its parts)
+                keys += [(source, p) for p in parts]
         # a check that read nothing through the transport waits for any change
         for key in keys or (ANY,):
             self._waiting.setdefault(key, {})[task] = task.parked

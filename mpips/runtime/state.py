@@ -162,6 +162,11 @@ class TableLayout:
         return snap[start:start + self.servers * (_NS + self.workers)].reshape(
             self.servers, _NS + self.workers)
 
+    def read_cells(self, offsets: list[int]) -> np.ndarray:
+        """The values of a few cells, as of now (the simulator re-checks a
+        wait that read only these when one of them changes)."""
+        return self.read()[offsets]
+
     def view(self, snap: np.ndarray, now: float) -> "TableView":
         """The paradigms' read-only `ClusterView` of a snapshot."""
         return TableView(self, snap, now)
@@ -221,6 +226,11 @@ class TableView(ClusterView):
 
     def clock(self, worker: int) -> int:
         return int(self._snap[_NG + worker * _NW + _CLOCK])
+
+    def applied_to(self, worker: int) -> int:
+        # two cells, not the whole column: a gate that waits for its own pushes reads only these
+        t = self._table
+        return int(min(self._snap[t.server_offset(s, _NS + worker)] for s in range(t.servers)))
 
     def progress(self) -> tuple[list, list, list]:
         return self._progress

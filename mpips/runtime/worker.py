@@ -236,8 +236,10 @@ class Worker:
         ctx = self.ctx
         begun = ctx.control.server_rows(ctx.control.read())[:, S.BEGUN].copy()
 
+        steps = [ctx.control.server_offset(s, S.STEPS) for s in range(ctx.control.servers)]
+
         def published():
-            return bool((ctx.control.server_rows(ctx.control.read())[:, S.STEPS] >= begun).all())
+            return bool((ctx.control.read_cells(steps) >= begun).all())
 
         def describe():
             steps = ctx.control.server_rows(ctx.control.read())[:, S.STEPS]
