@@ -8,10 +8,10 @@ until the shared state changes (the in-process transport calls `changed()` on
 every write) and every task due at the current instant has run, then checks
 again, the tasks woken together in the order their waits began. A wait is
 woken only by writes to what its last check read (a GSSP group's table, not
-another group's; the cells it read, where it read only some) or, where the check says so (`depends_on`), to the parts of
-it that can make it pass (a worker's gate: the applied count of a worker it
-waits for), else every write would wake every parked task, mostly to fail
-again (benchmarks/results/simulator.md). A check skipped would have failed:
+another group's; the cells it read, where it read only some) or, where the
+check says so (`depends_on`), to the parts of it that can make it pass (a
+worker's gate: the applied count of a worker it waits for), else every
+write would wake every parked task, mostly to fail again (benchmarks/results/simulator.md). A check skipped would have failed:
 a task resumes at the same virtual instant as if it were woken by every write.
 Nothing depends on the wall clock or on thread timing, so a run is
 bit-reproducible, and a wait that can never end is found at once: no task
