@@ -46,7 +46,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import RESULTS, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
-import sim_common  # noqa: E402  isort:skip  (numpy only, but after the line above as in the other benchmarks)
+import sim_common  # noqa: E402
 
 PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd")
 GOAL_US = 100.0
