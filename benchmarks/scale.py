@@ -246,7 +246,7 @@ def markdown(results: list[dict], paradigms: list[str], workers: list[int], figs
                 f"seeds). Budget (`--epochs`, global): " + ", ".join(f"W={w}: {EPOCHS[w]:g}" for w in workers)
                 + f". Cluster: {sim_common.DESCRIPTION}. GSSP: `--groups` sqrt(W) = "
                 + ", ".join(str(groups_for(w)) for w in workers) + "; every other setting at its default. "
-                f"Times are virtual seconds (the simulator's clock). Total {total / 60:.1f} min of wall time.")
+                f"Times are virtual seconds (the simulator's clock). The runs took {total / 60:.1f} min of wall time.")
     return (settings + "\n\n## Time to target and final accuracy\n\n" + main
             + "\n\n## Every run\n\n`round / T`: virtual time per W pushes over the 1x device time (1.00 = every "
             "worker computing at 1x all the time, no waiting); `wait share`: the workers' mean share of time "
@@ -277,7 +277,6 @@ def main() -> int:
             json.dump(result, fh)
         return 0
 
-    began = time.perf_counter()
     results = []
     for w in workers:           # smallest first: a broken set-up shows early
         for paradigm in paradigms:
@@ -287,7 +286,8 @@ def main() -> int:
                 print(f"W={w:3d} {paradigm:10s} final {100 * r['final_accuracy']:5.1f}%  to 90% "
                       f"{r['time_to_90'] if r['time_to_90'] is not None else '-'}  virtual {r['virtual_s']:.1f}s  "
                       f"sim {r['simulator_wall_s']:.1f}s", flush=True)
-    total = time.perf_counter() - began
+    # the runs' own wall time: with --keep, this invocation's is only the reading
+    total = sum(r.get("simulator_wall_s", 0.0) for r in results)
     figs = figures(results, paradigms, workers)
     md = markdown(results, paradigms, workers, figs, total, args.seed)
     if os.path.exists(args.notes):
