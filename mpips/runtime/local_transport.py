@@ -205,9 +205,10 @@ def watch_gates(paradigm) -> None:
         if not answer.ok and len(waiting_for) == 1:   # (most often its own pushes: no need to rank)
             view.table.waits_for(view, waiting_for)
         elif not answer.ok and waiting_for:
-            clocks, applied, _ = view.progress()
-            behind = min(waiting_for, key=lambda j: (applied[j], clocks[j], j))
-            view.table.waits_for(view, [behind])
+            # the one with the fewest pushes applied, then the lowest clock, then index
+            w = np.asarray(waiting_for)
+            behind = w[np.lexsort((w, view.clocks[w], view.applied[w]))[0]]
+            view.table.waits_for(view, [int(behind)])
         return answer
 
     paradigm.gate = watched
