@@ -121,6 +121,10 @@ def start_group_server(up: Context, group: Context, server: GroupServer, flat: F
     """Before the clock starts (roles.start_role's part for a group
     server): its group's parameters and table; returns its body."""
     group.store.shard[:] = flat.flat_copy()
+    # The first exchange's delta is measured from these parameters, not from
+    # the window's zeros the GroupServer saw when it was made (the global
+    # parameters would get the initial ones once more from every group).
+    np.copyto(server.delta.base, group.store.shard)
     group.store.publish()
     for j in range(group.layout.workers):
         if j not in server.members:

@@ -19,6 +19,7 @@ ORACLE = ("--iterations", "30", "--lr", "0.1", "--momentum", "0.9", "--seed", "3
     ("--paradigm", "vsgd", "--gate", "ssp"),
     ("--paradigm", "vsgd", "--gate", "asp"),
     ("--paradigm", "syncswitch", "--switch-at", "0.5"),
+    ("--paradigm", "gssp", "--groups", "1"),
 ], ids=lambda f: "-".join(f[1::2]))
 def test_one_worker_is_sequential_sgd(tmp_path, flags):
     """Every paradigm's worker reads its own writes: with one worker each
@@ -26,8 +27,11 @@ def test_one_worker_is_sequential_sgd(tmp_path, flags):
     The bound: one worker sums nothing at the servers (push scale 1/W = 1),
     so the only differences are torch's and numpy's float32 rounding of the
     same operations in another order (SGD's momentum buffer vs the server
-    optimizer's), a few ulps per step on parameters of size ~1: far below 1e-5."""
-    log = train(2, tmp_path / "run", *flags, *ORACLE).log
+    optimizer's; GSSP's global servers adding the group server's deltas,
+    params - base), a few ulps per step on parameters of size ~1: far below
+    1e-5 (GSSP in the simulator: 6e-8)."""
+    ranks = 3 if "gssp" in flags else 2   # GSSP: a group server between them
+    log = train(ranks, tmp_path / "run", *flags, *ORACLE).log
     assert log.summary()["max_staleness"] == 0, "a pull missed the worker's own push"
     config = Config(**log.config)
     expected = uneven_sgd_oracle(config, np.full((30, 1), config.batch_size))

@@ -49,6 +49,7 @@ def test_same_seed_gives_the_same_run_bit_for_bit(tmp_path):
     ("--paradigm", "vsgd"),
     ("--paradigm", "vsgd", "--gate", "asp"),
     ("--paradigm", "syncswitch", "--switch-at", "0.5"),
+    ("--paradigm", "gssp", "--groups", "1"),
 ], ids=lambda f: "-".join(f[1::2]))
 def test_one_worker_is_sequential_sgd(tmp_path, flags):
     """As tests/mpi/test_faithful.py: one simulated worker reads its own
