@@ -39,7 +39,7 @@ class Batch:
 
     @property
     def size(self) -> int:
-        return len(self.y)
+        return self.y.shape[0]   # (len() of a tensor is a Python call in torch)
 
 
 class SharedBudget:

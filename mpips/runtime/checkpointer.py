@@ -179,7 +179,7 @@ class Checkpointer:
     def relay(self, up, group) -> None:
         """A GSSP group server, at every loop: a checkpoint asked for in the
         global table (`up`) is asked for in its group's table too."""
-        n = int(up.control.read()[G.CHECKPOINT])
+        n = int(up.control.read_cells([G.CHECKPOINT])[0])
         if n > max(self.handled, self.relayed):
             self.relayed = n
             group.control.write(G.CHECKPOINT, [n])

@@ -1,6 +1,7 @@
 """What every role of a running job shares: configuration, layout, windows, log, time."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from ..io.log import RankLog
 from ..paradigms import Paradigm
 from .clock import WALL, Clock
 from .layout import Layout
-from .state import W
+from .state import S, W
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Context:
     def now(self) -> float:
         return self.clock.time() - self.t0
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
         return f"rank {self.rank} ({self.role} {self.index})"
 
@@ -68,8 +69,6 @@ class Context:
         on applied counts, so a stopped server holds up every worker: naming
         the workers (the waiting one itself among them) would blame the wrong
         ranks."""
-        from .state import S
-
         snap = self.control.read()
         rows = self.control.worker_rows(snap)
         applied = self.control.server_rows(snap)[:, len(S):]
@@ -102,8 +101,6 @@ class Context:
         server has taken its `pushed` earlier pushes, so its gradient slot is
         free (mpi_transport.ParameterStore). Gates that wait for a client's own
         pushes to be applied make this wait nothing."""
-        from .state import S
-
         control = self.control
         cells = [control.server_offset(s, len(S) + row) for s in range(control.servers)]
 
@@ -132,8 +129,6 @@ class Context:
     def wait_for_servers_done(self, stop=None) -> None:
         """Before the collective window frees: every server has finished.
         `stop` (a done worker's) takes a checkpoint asked for meanwhile."""
-        from .state import S
-
         control = self.control
         cells = [control.server_offset(s, S.DONE) for s in range(control.servers)]
 

@@ -36,6 +36,11 @@ class Evaluator:
         self.best = 0.0
         self.last_pushes = -1
         self.next_eval = ctx.config.eval_every   # epochs (the evaluator rank's own schedule)
+        # what applied() reads: three cells of each server's row (the simulator
+        # re-checks the evaluator's wait only when one changes, not at every tick)
+        control = ctx.control
+        self._cells = [control.server_offset(s, col) for s in range(control.servers)
+                       for col in (S.STEPS, S.PUSHES, S.DONE)]
 
     def state(self) -> dict:
         return {"best": self.best, "last_pushes": self.last_pushes, "next_eval": self.next_eval}
@@ -50,8 +55,8 @@ class Evaluator:
 
     def applied(self) -> tuple[int, int, bool]:
         """(steps, pushes) applied by every server, and whether all are done."""
-        rows = self.ctx.control.server_rows(self.ctx.control.read())
-        return int(rows[:, S.STEPS].min()), int(rows[:, S.PUSHES].min()), bool((rows[:, S.DONE] > 0).all())
+        cells = self.ctx.control.read_cells(self._cells).tolist()
+        return int(min(cells[0::3])), int(min(cells[1::3])), all(d > 0 for d in cells[2::3])
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:

@@ -215,7 +215,10 @@ class ControlTable(TableLayout):
         self._win.Flush(self.home)
 
     def add(self, offset: int, value: float) -> float:
-        """Atomic fetch-and-add; returns the value before."""
+        """Atomic fetch-and-add; returns the value before. For counters that
+        only their adders read (the global budget's claims): no wait's
+        condition may read one, since the simulator does not check waits
+        again when it changes (local_transport.LocalControlTable.add)."""
         self._one[0] = value
         result = np.zeros(1)
         self._win.Fetch_and_op([self._one, MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)

@@ -27,12 +27,12 @@ benchmarks/simulator.py).
 """
 from __future__ import annotations
 
-import heapq
 from collections import deque
+from heapq import heappop, heappush
 from typing import Callable
 
 import greenlet
-import torch
+from torch import is_grad_enabled, set_grad_enabled
 
 from .wait import StallError
 
@@ -83,23 +83,34 @@ class Scheduler:
         self._runnable.append(task)
         return task
 
-    def changed(self, source: int, parts=()) -> None:
+    def changed(self, source: int, parts=(), *, whole: bool = True) -> None:
         """`source` (a table, a parameter store) changed, at `parts` of it:
         the waits that depend on it check again (once every task due now has
-        run, so one check sees all of this instant's writes)."""
-        for key in (source, ANY, *((source, p) for p in parts)):
-            for task, token in self._waiting.pop(key, {}).items():
-                if task.parked == token:   # else woken since, or parked again
-                    self._woken[task] = task.number
+        run, so one check sees all of this instant's writes). `whole=False`:
+        only the waits that read those parts, not those that read all of it."""
+        waiting, woken = self._waiting, self._woken
+        keys = [source, ANY] if whole else [ANY]
+        keys += [(source, p) for p in parts]
+        for key in keys:
+            tasks = waiting.pop(key, None)
+            if tasks:
+                for task, token in tasks.items():
+                    if task.parked == token:   # else woken since, or parked again
+                        woken[task] = task.number
 
     def read(self, source: int, parts=None) -> None:
         """The running task read `source`, or only `parts` of it."""
         task = self.current
         if task is not None:
             if parts is None:
-                task.reads[source] = task.reads.get(source, 0) + 1
+                reads = task.reads
+                reads[source] = reads.get(source, 0) + 1
             else:
-                task.depends.setdefault(source, []).extend(parts)
+                depends = task.depends
+                if source in depends:
+                    depends[source].extend(parts)
+                else:
+                    depends[source] = list(parts)
 
     def depends_on(self, source: int, parts: list) -> None:
         """The running check's answer, from its one read of all of `source`,
@@ -113,34 +124,36 @@ class Scheduler:
     def run(self) -> None:
         """Run every task to its end. Raises TaskFailed if one raises (the
         others are dropped), StallError if the tasks left can only wait."""
+        runnable, woken, timers, parked = self._runnable, self._woken, self._timers, self._parked
         while True:
-            if self._runnable:
-                task = self._runnable.popleft()
+            while runnable:
+                task = runnable.popleft()
                 self.current = task
                 self.switches += 1
                 if not task.grad_enabled:   # (set only when off: a microsecond a call)
-                    torch.set_grad_enabled(False)
+                    set_grad_enabled(False)
                 try:
                     task.greenlet.switch()
                 except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
                     raise TaskFailed(f"{task.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
                 finally:
-                    task.grad_enabled = torch.is_grad_enabled()
                     self.current = None
-                    if not task.grad_enabled:
-                        torch.set_grad_enabled(True)
-                continue
-            if self._woken:
-                for task in sorted(self._woken, key=self._woken.get):
+                    if not is_grad_enabled():
+                        task.grad_enabled = False
+                        set_grad_enabled(True)
+                    elif not task.grad_enabled:
+                        task.grad_enabled = True
+            if woken:
+                for task in sorted(woken, key=woken.get):
                     task.parked = 0
-                    del self._parked[task]
-                    self._runnable.append(task)
-                self._woken.clear()
+                    del parked[task]
+                    runnable.append(task)
+                woken.clear()
                 continue
-            if self._timers:
-                self.now = self._timers[0][0]
-                while self._timers and self._timers[0][0] == self.now:
-                    self._runnable.append(heapq.heappop(self._timers)[2])
+            if timers:
+                self.now = now = timers[0][0]
+                while timers and timers[0][0] == now:
+                    runnable.append(heappop(timers)[2])
                 continue
             if self._parked:
                 raise StallError("deadlock in virtual time: " + "; ".join(
@@ -153,7 +166,7 @@ class Scheduler:
         if seconds <= 0:
             return
         self._seq += 1
-        heapq.heappush(self._timers, (self.now + seconds, self._seq, self.current))
+        heappush(self._timers, (self.now + seconds, self._seq, self.current))
         self._main.switch()
 
     def wait_until(self, ready, *, what: str, describe, warn: float, timeout: float, due=None) -> float:
@@ -182,16 +195,19 @@ class Scheduler:
 
     def _park(self, task: Task) -> None:
         self._seq += 1
-        task.parked = self._seq
+        token = task.parked = self._seq
         self._parked[task] = task.number
-        reads = task.reads
+        reads, waiting = task.reads, self._waiting
         keys = [source for source, times in reads.items() if times]
         for source, parts in task.depends.items():
             if not reads.get(source):   # (a read of all of it covers its parts)
                 keys += [(source, p) for p in parts]
         # a check that read nothing through the transport waits for any change
         for key in keys or (ANY,):
-            self._waiting.setdefault(key, {})[task] = task.parked
+            if key in waiting:
+                waiting[key][task] = token
+            else:
+                waiting[key] = {task: token}
 
 
 ANY = -1   # the source of every change, for waits that read none

@@ -10,6 +10,9 @@ from .state import S
 
 NORM_EMA_BETA = 0.9
 DUE_SHARE = 0.9   # of a worker's last push interval after which its next push may land
+_PUSHES, _STEPS, _PATH, _NORM_EMA, _DONE, _BEGUN = (int(c) for c in (S.PUSHES, S.STEPS, S.PATH, S.NORM_EMA,
+                                                                    S.DONE, S.BEGUN))
+_NS = len(S)
 
 
 class Server:
@@ -20,16 +23,14 @@ class Server:
                                    total_epochs=ctx.epochs)
         self.grad = np.zeros_like(ctx.store.shard)
         self.consumed = np.zeros(ctx.control.workers, dtype=np.int64)  # per row of the table
+        self.pushes = 0                     # applied in all: consumed.sum()
         self.rejected = np.zeros(ctx.control.workers, dtype=np.int64)  # of those, rejected (sent nothing)
         self.steps = 0
         self.path = 0.0
         self.norm_ema = UpdateNormEMA(NORM_EMA_BETA)
         self.evaluator = evaluator          # server 0 evaluates inline (no --evaluator rank)
         self.next_eval = ctx.config.eval_every
-
-    @property
-    def pushes(self) -> int:
-        return int(self.consumed.sum())
+        self._row = np.zeros(_NS + ctx.control.workers)   # what publish() writes
 
     def run(self) -> None:
         self.serve()
@@ -122,6 +123,7 @@ class Server:
             ctx.control.write(ctx.control.server_offset(self.s, S.BEGUN), [self.steps + 1])
         norm = self.opt.step(self.grad, lr)
         self.consumed = target
+        self.pushes += new
         self.steps += 1
         self.path += norm
         self.norm_ema.update(norm)
@@ -140,6 +142,7 @@ class Server:
         the next step."""
         ctx = self.ctx
         self.consumed = target
+        self.pushes += new
         self.rejected = rejected
         self.publish(done=False)
         ctx.log.event(ctx.now(), "skipped_step", server=self.s, pushes=new, total_pushes=self.pushes,
@@ -171,6 +174,7 @@ class Server:
         ctx.store.publish()
         self.opt.load_state(state["optimizer"])
         self.consumed = np.asarray(state["consumed"], dtype=np.int64)
+        self.pushes = int(self.consumed.sum())
         self.rejected = np.asarray(state.get("rejected", self.rejected), dtype=np.int64)  # older checkpoints: none
         self.steps, self.path = int(state["steps"]), float(state["path"])
         self.norm_ema.value, self.norm_ema.count = float(state["norm_ema"][0]), int(state["norm_ema"][1])
@@ -181,12 +185,12 @@ class Server:
     def publish(self, *, done: bool) -> None:
         """This server's row: counters first, then the per-worker applied counts
         that gates read (the parameters were published before)."""
-        row = np.zeros(len(S) + self.ctx.control.workers)
-        row[S.PUSHES] = self.pushes
-        row[S.STEPS] = self.steps
-        row[S.PATH] = self.path
-        row[S.NORM_EMA] = self.norm_ema.value
-        row[S.DONE] = 1.0 if done else 0.0
-        row[S.BEGUN] = self.steps
-        row[len(S):] = self.consumed
+        row = self._row   # (the IntEnum's values: indexing with its members is slow)
+        row[_PUSHES] = self.pushes
+        row[_STEPS] = self.steps
+        row[_PATH] = self.path
+        row[_NORM_EMA] = self.norm_ema.value
+        row[_DONE] = 1.0 if done else 0.0
+        row[_BEGUN] = self.steps
+        row[_NS:] = self.consumed
         self.ctx.control.write(self.ctx.control.server_offset(self.s), row)

@@ -83,6 +83,9 @@ class W(IntEnum):
     HALTED = 13      # the last checkpoint request this worker stopped for (mpips/runtime/checkpointer.py)
 
 
+_HALTED = int(W.HALTED)
+
+
 def publish_client_row(control, index: int, *, clock: int, push_times, busy: float, done: bool,
                        wait_total: float, elapsed: float, samples: float, rejected: int = 0,
                        extras=()) -> None:
@@ -90,16 +93,13 @@ def publish_client_row(control, index: int, *, clock: int, push_times, busy: flo
     server's in the global table) in one write: every column but HALTED,
     which only the checkpoint protocol writes (so a publish never undoes a
     worker's stop for a checkpoint)."""
-    row = np.zeros(W.HALTED)   # HALTED is the last column
-    row[W.CLOCK] = clock
-    row[W.PUSH_T0], row[W.PUSH_T1] = push_times
-    row[W.ITER_TIME] = busy
-    row[W.DONE] = 1.0 if done else 0.0
-    row[W.REJECTED] = rejected
-    row[W.WAIT_TOTAL] = wait_total
-    row[W.ELAPSED] = elapsed
-    row[W.SAMPLES] = samples
-    row[W.EXTRA0:W.EXTRA0 + len(extras)] = extras
+    # in the columns' order, up to HALTED (the last); a list, not an array
+    # filled cell by cell: a worker publishes at every tick
+    row = [clock, push_times[0], push_times[1], busy, 1.0 if done else 0.0, rejected, wait_total,
+           elapsed, samples, *extras]
+    if len(row) > _HALTED:
+        raise ValueError(f"{len(extras)} extras: a row has {_HALTED - W.EXTRA0} (Paradigm.extras)")
+    row += [0.0] * (_HALTED - len(row))
     control.write(control.worker_offset(index), row)
 
 
@@ -190,6 +190,7 @@ class _lazy:
 
 
 _CLOCK, _DONE = int(W.CLOCK), int(W.DONE)   # plain ints: IntEnum arithmetic is slow
+_PUSHES, _PATH = int(S.PUSHES), int(S.PATH)
 
 
 class TableView(ClusterView):
@@ -258,11 +259,26 @@ class TableView(ClusterView):
 
     @_lazy
     def updates(self) -> int:
-        return int(self._s[:, S.PUSHES].min())
+        return int(self._server_column(_PUSHES).min())
 
     @_lazy
     def path_length(self) -> float:
-        return float(self._s[:, S.PATH].sum())
+        return float(self._server_column(_PATH).sum())
+
+    def _server_column(self, col: int) -> np.ndarray:
+        # a strided slice of the snapshot, not the servers' rows reshaped first
+        t = self._table
+        lo = t.server_offset(0, col)
+        return self._snap[lo:lo + t.servers * (_NS + t.workers):_NS + t.workers]
+
+    def c_min(self, of: np.ndarray | None = None) -> int:
+        if of is not None:
+            return super().c_min(of)
+        # the columns as floats (they hold integers), not converted first
+        snap, end = self._snap, self._rows_end
+        clocks = snap[_NG + _CLOCK:end:_NW]
+        active = clocks[snap[_NG + _DONE:end:_NW] == 0]
+        return int(active.min()) if active.size else int(clocks.max())
 
     @_lazy
     def update_norm_ema(self) -> float:
@@ -307,14 +323,18 @@ class TableView(ClusterView):
         view and waits for `workers` pass (Gate.waiting_for): their applied
         counts and done flags, and the cluster-wide fields it read (mode, updates, ...)."""
         t, read = self._table, self.__dict__   # a _lazy field, once read, is in __dict__
-        servers = range(t.servers)
-        cells = [t.server_offset(s, _NS + j) for j in workers for s in servers]
-        cells += [t.worker_offset(j, _DONE) for j in workers]
-        cells += [slot for name, slots in _GLOBAL_FIELDS.items() if name in read for slot in slots]
-        cells += [t.server_offset(s, col) for name, col in _SERVER_FIELDS.items() if name in read for s in servers]
+        first, stride = t.server_offset(0, _NS), _NS + t.workers   # applied counts of server 0, the row length
+        cells = [first + s * stride + j for j in workers for s in range(t.servers)]
+        cells += [_NG + j * _NW + _DONE for j in workers]
+        for name, (slot, per_server) in _FIELD_CELLS.items():
+            if name in read:
+                cells += [t.server_offset(s, slot) for s in range(t.servers)] if per_server else slot
         return cells
 
 
-# the fields of a view not of one worker, and where they are: global slots, servers' columns
-_GLOBAL_FIELDS = {"mode": [SLOT_MODE], "mode_clock": [SLOT_MODE_CLOCK], "slots": [int(G.EXTRA0), int(G.EXTRA1)]}
-_SERVER_FIELDS = {"updates": int(S.PUSHES), "path_length": int(S.PATH), "update_norm_ema": int(S.NORM_EMA)}
+# the fields of a view not of one worker, and where they are: (global slots, False)
+# or (a servers' column, True)
+_FIELD_CELLS = {"mode": ([SLOT_MODE], False), "mode_clock": ([SLOT_MODE_CLOCK], False),
+                "slots": ([int(G.EXTRA0), int(G.EXTRA1)], False),
+                "updates": (int(S.PUSHES), True), "path_length": (int(S.PATH), True),
+                "update_norm_ema": (int(S.NORM_EMA), True)}

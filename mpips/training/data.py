@@ -373,10 +373,11 @@ class GlobalStream:
         if len(x) != len(y):
             raise ValueError(f"{len(x)} samples but {len(y)} labels")
         self.x, self.y, self.seed = x, y, seed
+        self.n = len(y)
         self._orders: dict[int, torch.Tensor] = {}
 
     def __len__(self) -> int:
-        return len(self.y)
+        return self.n
 
     def order(self, epoch: int) -> torch.Tensor:
         """Sample indices of `epoch` in stream order (the last two are kept)."""

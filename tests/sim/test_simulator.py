@@ -121,6 +121,39 @@ def test_a_gate_is_checked_again_only_once_a_worker_it_waits_for_progresses():
     assert checks == [0.0, 5.0]
 
 
+def test_a_claim_wakes_only_waits_on_its_own_cell():
+    """The global budget's claims (a fetch-and-add) are read by no wait's
+    condition: a server-like wait on the whole table is checked again at a
+    worker's tick, not at its claim; a wait on the counter's cell is."""
+    from mpips.runtime.local_transport import LocalControlTable
+    from mpips.runtime.state import G, W
+
+    scheduler = Scheduler()
+    control = LocalControlTable(LocalControlTable.shared(2, 1), scheduler, 2, 1)
+    checks = {"table": [], "counter": []}
+
+    def waiting(name, ready):
+        def body():
+            def check():
+                checks[name].append(scheduler.now)
+                return ready()
+            scheduler.wait_until(check, what=name, describe=str, warn=1, timeout=10)
+        return body
+
+    scheduler.spawn("table", waiting("table", lambda: control.read()[control.worker_offset(1, W.CLOCK)] > 0))
+    scheduler.spawn("counter", waiting("counter", lambda: control.read_cells([G.CLAIMED])[0] >= 32))
+
+    def worker():
+        for step in (lambda: control.add(G.CLAIMED, 16), lambda: control.add(G.CLAIMED, 16),
+                     lambda: control.write(control.worker_offset(1, W.CLOCK), [1])):
+            scheduler.sleep(1.0)
+            step()
+
+    scheduler.spawn("worker", worker)
+    scheduler.run()
+    assert checks == {"table": [0.0, 3.0], "counter": [0.0, 1.0, 2.0]}
+
+
 def test_torch_grad_mode_is_each_tasks_own():
     """A task sleeping inside torch.no_grad() (an inline evaluation pulling
     the parameters) leaves grad mode on for the others: all tasks share one
