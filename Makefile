@@ -6,11 +6,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 NP ?= 5
-# Open MPI as root, oversubscribed on a 2-core machine (ENVIRONMENT.md).
+# Open MPI as root, oversubscribed on a 2-core machine (ENVIRONMENT.md); one
+# node: shared memory only (the TCP transport costs every rank about a
+# second in MPI_Init: mpips/experiments/launch.py). make test-portability
+# runs the TCP path on purpose.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export OMPI_MCA_osc := ^ucx
+export OMPI_MCA_btl := self,sm
 MPIEXEC := $(VENV)/bin/mpiexec
 PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
 
