@@ -64,7 +64,8 @@ class SharedParameters:
         self.rows = list(rows)
         self.shards = [np.zeros(hi - lo, np.float32) for lo, hi in self.bounds]
         self.slots = [np.zeros((len(self.rows), hi - lo), np.float32) for lo, hi in self.bounds]
-        self.heads = [np.zeros((len(self.rows), 2), np.int64) for _ in self.bounds]
+        # per server and slot: (push number, order key); tuples, not an array: a push sets one
+        self.heads = [[(0, 0)] * len(self.rows) for _ in self.bounds]
 
 
 class LocalParameterStore(SlotRows):
@@ -82,10 +83,11 @@ class LocalParameterStore(SlotRows):
         self.shard_index = server
         self.shard = shared.shards[server] if server is not None else np.zeros(0, np.float32)
         self.count = self.shard.size
+        self._source = id(shared)   # what the scheduler knows it by
 
     def pull(self, out: np.ndarray) -> None:
         self._scheduler.sleep(self._network.seconds(4 * self.n))
-        self._scheduler.read(id(self._shared))
+        self._scheduler.read(self._source)
         for shard, (lo, hi) in zip(self._shared.shards, self.bounds):
             out[lo:hi] = shard
 
@@ -109,8 +111,8 @@ class LocalParameterStore(SlotRows):
 
     def _announce(self, k: int, number: int, key: int) -> None:
         for heads in self._shared.heads:
-            heads[k] = number, key
-        self._scheduler.changed(id(self._shared))
+            heads[k] = (number, key)
+        self._scheduler.changed(self._source)
 
     def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
         if not self.count:
@@ -120,7 +122,7 @@ class LocalParameterStore(SlotRows):
                          clocks, consumed, sparse=self.sparse)
 
     def publish(self) -> None:
-        self._scheduler.changed(id(self._shared))
+        self._scheduler.changed(self._source)
 
     def free(self) -> None:
         pass
@@ -143,6 +145,16 @@ class SharedTable:
             self.cells = self.cells.copy()
             self.lent = False
         return self.cells
+
+    def fetch_add(self, offset: int, value: float) -> float:
+        """Add in place, even to a snapshot lent out (no copy): a
+        fetch-and-add counter is read by no view (`LocalControlTable.add`)."""
+        cells = self.cells
+        before = float(cells[offset])
+        cells.flags.writeable = True
+        cells[offset] = before + value
+        cells.flags.writeable = not self.lent
+        return before
 
 
 class LocalControlTable(TableLayout):
@@ -175,29 +187,40 @@ class LocalControlTable(TableLayout):
         return self._table.cells[offsets]
 
     def write(self, offset: int, values) -> None:
+        table = self._table
         vals = np.asarray(values, dtype=np.float64).ravel()
         end = offset + vals.size
         # bit for bit: a cell rewritten with its value changes nothing (a
         # server's row holds every worker's applied count, a step moves a few)
-        changed = (self._table.cells[offset:end].view(np.int64) != vals.view(np.int64)).nonzero()[0]
+        changed = (table.cells[offset:end].view(np.int64) != vals.view(np.int64)).nonzero()[0]
         if changed.size:
-            self._table.writable()[offset:end] = vals
+            table.writable()[offset:end] = vals
             self._scheduler.changed(self._source, (changed + offset).tolist())
 
     def add(self, offset: int, value: float) -> float:
         # A fetch-and-add counter (the global budget's claims) is read through
-        # `add` by its adders and by no wait: a wait that read the whole table
-        # is not woken by it, only to fail again (a server or GSSP's group
-        # servers at every claim of every worker)
-        cells = self._table.writable()
-        before = float(cells[offset])
-        cells[offset] = before + value
-        self._scheduler.changed(self._source, [offset], whole=False)
+        # `add` by its adders and by no wait or view (`ControlTable.add`'s
+        # contract): it is added to in place, not copied first, and a wait
+        # that read the whole table is not woken by it, only to fail again
+        # (a server or GSSP's group servers at every claim of every worker)
+        before = self._table.fetch_add(offset, value)
+        self._scheduler.changed(self._source, (offset,), whole=False)
         return before
 
     def waits_for(self, view: TableView, workers) -> None:
-        """The running check read `view` of this table and can pass only
-        once `workers` progress (see watch_gates)."""
+        """The running check read `view` of this table and cannot pass before
+        each of `workers` has more pushes applied or is done: it waits for
+        the one furthest behind (the fewest pushes applied, then the lowest
+        clock, then index), and is checked again only once that one
+        progresses (see watch_gates)."""
+        if len(workers) > 1:
+            w = np.asarray(workers)
+            applied = view.applied[w]
+            w = w[applied == applied.min()]
+            if w.size > 1:
+                clocks = view.clocks[w]
+                w = w[clocks == clocks.min()]
+            workers = (int(w.min()),)
         self._scheduler.depends_on(self._source, view.cells(workers))
 
     def free(self) -> None:
@@ -215,14 +238,8 @@ def watch_gates(paradigm) -> None:
 
     def watched(worker: int, view):
         answer = gate(worker, view)
-        waiting_for = answer.waiting_for
-        if not answer.ok and len(waiting_for) == 1:   # (most often its own pushes: no need to rank)
-            view.table.waits_for(view, waiting_for)
-        elif not answer.ok and waiting_for:
-            # the one with the fewest pushes applied, then the lowest clock, then index
-            w = np.asarray(waiting_for)
-            behind = w[np.lexsort((w, view.clocks[w], view.applied[w]))[0]]
-            view.table.waits_for(view, [int(behind)])
+        if not answer.ok and answer.waiting_for:
+            view.table.waits_for(view, answer.waiting_for)
         return answer
 
     paradigm.gate = watched

@@ -70,8 +70,11 @@ class Scheduler:
         self._runnable: deque[Task] = deque()
         self._timers: list[tuple[float, int, Task]] = []
         self._parked: dict[Task, int] = {}     # parked task -> its wait's number
-        # source, or (source, part) -> the tasks parked on its changes, and their park tokens
-        self._waiting: dict[object, dict[Task, int]] = {}
+        # the tasks parked on changes, and their park tokens: to all of a
+        # source, to a part of one (source -> part -> tasks), to anything
+        self._whole: dict[int, dict[Task, int]] = {}
+        self._parts: dict[int, dict[int, dict[Task, int]]] = {}
+        self._any: dict[Task, int] = {}
         self._woken: dict[Task, int] = {}      # woken tasks -> their wait's number
         self._seq = 0         # orders sleeps of the same instant, waits, parks
         self.current: Task | None = None
@@ -88,15 +91,18 @@ class Scheduler:
         the waits that depend on it check again (once every task due now has
         run, so one check sees all of this instant's writes). `whole=False`:
         only the waits that read those parts, not those that read all of it."""
-        waiting, woken = self._waiting, self._woken
-        keys = [source, ANY] if whole else [ANY]
-        keys += [(source, p) for p in parts]
-        for key in keys:
-            tasks = waiting.pop(key, None)
-            if tasks:
-                for task, token in tasks.items():
-                    if task.parked == token:   # else woken since, or parked again
-                        woken[task] = task.number
+        woken = self._woken
+        if whole and source in self._whole:
+            _wake(self._whole.pop(source), woken)
+        if self._any:
+            _wake(self._any, woken)
+            self._any = {}
+        by_part = self._parts.get(source)
+        if by_part:
+            for p in parts:
+                tasks = by_part.pop(p, None)
+                if tasks:
+                    _wake(tasks, woken)
 
     def read(self, source: int, parts=None) -> None:
         """The running task read `source`, or only `parts` of it."""
@@ -144,7 +150,7 @@ class Scheduler:
                     elif not task.grad_enabled:
                         task.grad_enabled = True
             if woken:
-                for task in sorted(woken, key=woken.get):
+                for task in sorted(woken, key=woken.get) if len(woken) > 1 else woken:
                     task.parked = 0
                     del parked[task]
                     runnable.append(task)
@@ -197,20 +203,28 @@ class Scheduler:
         self._seq += 1
         token = task.parked = self._seq
         self._parked[task] = task.number
-        reads, waiting = task.reads, self._waiting
-        keys = [source for source, times in reads.items() if times]
+        reads, parked_on = task.reads, 0
+        for source, times in reads.items():
+            if times:
+                self._whole.setdefault(source, {})[task] = token
+                parked_on += 1
         for source, parts in task.depends.items():
-            if not reads.get(source):   # (a read of all of it covers its parts)
-                keys += [(source, p) for p in parts]
-        # a check that read nothing through the transport waits for any change
-        for key in keys or (ANY,):
-            if key in waiting:
-                waiting[key][task] = token
-            else:
-                waiting[key] = {task: token}
+            if parts and not reads.get(source):   # (a read of all of it covers its parts)
+                by_part = self._parts.setdefault(source, {})
+                for p in parts:
+                    if p in by_part:
+                        by_part[p][task] = token
+                    else:
+                        by_part[p] = {task: token}
+                parked_on += 1
+        if not parked_on:   # a check that read nothing through the transport waits for any change
+            self._any[task] = token
 
 
-ANY = -1   # the source of every change, for waits that read none
+def _wake(tasks: dict[Task, int], woken: dict[Task, int]) -> None:
+    for task, token in tasks.items():
+        if task.parked == token:   # else woken since, or parked again
+            woken[task] = task.number
 
 
 class VirtualClock:

@@ -141,7 +141,10 @@ class Worker:
                 if ratio is not None:
                     self.compressor.set_ratio(*ratio)
             # The residual goes out in full at every epoch end and with the last push.
-            sent = self._send(grad, epoch_end=batch.flush, key=batch.start)
+            # A gate that saw all of this worker's pushes applied (read-your-writes:
+            # every built-in one) left its slot free: no read to check it again.
+            sent = self._send(grad, epoch_end=batch.flush, key=batch.start,
+                              slot_free=view.applied_to(i) >= self.clock)
             self.samples += batch.size
         push_time = clock.perf_counter() - t
         event = ctx.paradigm.measured(i, clock=self.clock, batch=batch.size, compute=compute)
@@ -196,11 +199,13 @@ class Worker:
         flat.grads_to_host()
         return float(loss.detach()), clock.perf_counter() - t
 
-    def _send(self, grad: np.ndarray, *, epoch_end: bool, key: int = 0) -> int:
+    def _send(self, grad: np.ndarray, *, epoch_end: bool, key: int = 0, slot_free: bool = False) -> int:
         """Push `grad`, compressed if configured, into this worker's slot on
-        the servers, once they took its earlier pushes; returns the payload bytes."""
+        the servers, once they took its earlier pushes (known already when
+        `slot_free`); returns the payload bytes."""
         ctx = self.ctx
-        ctx.wait_for_slot(self.i, self.clock)
+        if not slot_free:
+            ctx.wait_for_slot(self.i, self.clock)
         # numbered with the clock that will count it; servers sum by where the
         # batch starts in the global stream (-1 under a per-worker budget: by worker)
         slot = {"row": self.i, "number": self.clock + 1, "key": key}

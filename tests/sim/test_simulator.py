@@ -154,6 +154,36 @@ def test_a_claim_wakes_only_waits_on_its_own_cell():
     assert checks == {"table": [0.0, 3.0], "counter": [0.0, 1.0, 2.0]}
 
 
+def test_a_gate_without_read_your_writes_waits_for_the_slot(tmp_path):
+    """A worker whose gate does not wait for its own pushes to be applied
+    (a registered paradigm: BSP's rounds at the servers, no gate) pushes
+    again only once its slot is free: the fast worker waits for the slow
+    one's round to be applied, and each step takes one push per worker,
+    none overwritten before it was taken."""
+    import mpips
+    from mpips.paradigms import PASS
+    from mpips.paradigms.bsp import BSP
+    from mpips.runtime.simulate import simulate as run
+
+    class Ungated(BSP):
+        name = "ungated"
+
+        def gate(self, worker, view):
+            return PASS
+
+    mpips.register_paradigm("ungated", Ungated)
+    try:
+        run(Config(paradigm="ungated", workers=2, slowdown="1,4", iterations=6, sim_jitter=0.0,
+                   run_dir=str(tmp_path / "run")))
+    finally:
+        mpips.unregister_paradigm("ungated")
+    log = RunLog(str(tmp_path / "run"))
+    assert (log.applies["pushes"] == 2).all() and log.applies["pushes"].sum() == len(log.iterations)
+    fast = log.iterations[log.iterations["worker"] == 0]
+    network = 20e-6 + 4 * log.layout["parameters"] / 10e9
+    assert fast["push"].max() > 0.05 > network   # waited for the slow worker's 80 ms round
+
+
 def test_torch_grad_mode_is_each_tasks_own():
     """A task sleeping inside torch.no_grad() (an inline evaluation pulling
     the parameters) leaves grad mode on for the others: all tasks share one
