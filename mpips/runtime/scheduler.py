@@ -54,6 +54,9 @@ class Task:
         self.depends: dict[int, list] = {}  # source -> the parts of it that check read, or depends on
         self.number = 0                     # its current wait's place in line
         self.parked = 0                     # the token of its current park, 0 when not parked
+        self.check: Callable[[], bool] | None = None   # its current wait's readiness check
+        self.since = 0.0                    # ... begun then,
+        self.timeout = 0.0                  # ... a stall after this long
 
         def run():
             self.result = body()
@@ -135,6 +138,8 @@ class Scheduler:
             while runnable:
                 task = runnable.popleft()
                 self.current = task
+                if task.check is not None and not self._check(task):
+                    continue   # parked again, not resumed
                 self.switches += 1
                 if not task.grad_enabled:   # (set only when off: a microsecond a call)
                     set_grad_enabled(False)
@@ -177,27 +182,42 @@ class Scheduler:
 
     def wait_until(self, ready, *, what: str, describe, warn: float, timeout: float, due=None) -> float:
         """wait.wait_until in virtual time: check `ready()` whenever the shared
-        state changed; `warn` and `due` do not apply (nothing polls)."""
+        state changed; `warn` and `due` do not apply (nothing polls). Once
+        parked, the check runs in the scheduler's loop, at the task's turn,
+        and the task is resumed only when it passes (a check is a poll: it
+        neither sleeps nor waits)."""
         task = self.current
         task.reads.clear()
         task.depends.clear()
         if ready():
             return 0.0
-        start = self.now
         task.waiting_for = (what, describe)
+        task.check, task.since, task.timeout = ready, self.now, timeout
         self._seq += 1
         task.number = self._seq
-        while True:
-            self._park(task)
-            self._main.switch()
-            task.reads.clear()
-            task.depends.clear()
-            if ready():
-                task.waiting_for = None
-                return self.now - start
-            if self.now - start > timeout:
-                raise StallError(f"{what}: stalled {self.now - start:.0f}s of virtual time "
+        self._park(task)
+        self._main.switch()
+        return self.now - task.since
+
+    def _check(self, task: Task) -> bool:
+        """A woken task's readiness check, run without switching to the task:
+        True (the wait is over) or False (parked again). A check that raises,
+        or a wait past its timeout, fails the task as if it raised itself."""
+        task.reads.clear()
+        task.depends.clear()
+        try:
+            if task.check():
+                task.check = task.waiting_for = None
+                return True
+            if self.now - task.since > task.timeout:
+                what, describe = task.waiting_for
+                raise StallError(f"{what}: stalled {self.now - task.since:.0f}s of virtual time "
                                  f"(stall_timeout); waiting for {describe()}")
+        except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
+            raise TaskFailed(f"{task.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
+        self._park(task)
+        self.current = None
+        return False
 
     def _park(self, task: Task) -> None:
         self._seq += 1

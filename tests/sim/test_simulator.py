@@ -85,6 +85,38 @@ def test_a_wait_that_cannot_end_is_a_deadlock_naming_it():
 
 
 
+def test_a_wait_past_its_timeout_fails_its_task_naming_it():
+    """Woken by writes that never make it pass, a wait ends at its timeout
+    in virtual time: the task fails with whom it waited for, and the task is
+    not resumed for the checks that failed before."""
+    from mpips.runtime.local_transport import LocalControlTable
+    from mpips.runtime.state import W
+
+    scheduler = Scheduler()
+    control = LocalControlTable(LocalControlTable.shared(2, 1), scheduler, 2, 1)
+    checks = []
+
+    def gate():
+        def ready():
+            checks.append(scheduler.now)
+            return control.read()[control.worker_offset(1, W.CLOCK)] >= 100
+        scheduler.wait_until(ready, what="worker 0: gate", describe=lambda: "worker 1 (clock 3)",
+                             warn=1, timeout=5)
+
+    def ticking():
+        for clock in range(1, 20):
+            scheduler.sleep(1.0)
+            control.write(control.worker_offset(1, W.CLOCK), [clock])
+
+    scheduler.spawn("worker 0", gate)
+    scheduler.spawn("worker 1", ticking)
+    with pytest.raises(TaskFailed, match=r"^worker 0 at t=6\.000000s: StallError: worker 0: gate: stalled 6s "
+                                         r"of virtual time \(stall_timeout\); waiting for worker 1 \(clock 3\)"):
+        scheduler.run()
+    assert checks == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert scheduler.switches == 2 + 6   # each task started, worker 1 after each of its sleeps
+
+
 def test_a_gate_is_checked_again_only_once_a_worker_it_waits_for_progresses():
     """Worker 0 at clock 1 (SSP, s=0) waits for workers 1 and 2; the other
     writes (pushes not yet applied, a budget claim) would only wake it to
