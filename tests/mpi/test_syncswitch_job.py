@@ -15,25 +15,18 @@ import pytest
 from conftest import MPI_ENV, assert_each_sample_once, train
 from mpips.io.log import RunLog
 
-F = 0.1
-MOMENTUM = 0.9
-# Momentum comes back to 0.9 over 400 pushes (about half the ASP phase): with
-# 40, ASP at full momentum on 3 ranks over 2 cores (the server, starved, sums
-# 20-30 stale pushes into a step) ended between 0.52 and 0.95 in 11 runs;
-# with 400, between 0.925 and 0.972 in 5.
-RAMP = 400
-
-
 @pytest.fixture(scope="module")
 def offline(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("syncswitch") / "offline"
-    # 2 workers, a moderate lr and few evaluations: on an oversubscribed machine a
-    # starved server (or one evaluating) sums many stale ASP pushes into one step,
-    # and with lr 0.05 about one run in four ended below 90%; 14 epochs leave a margin
-    # (10 ended at 89.1% once in a clean-clone run)
-    return train(3, run_dir, "--paradigm", "syncswitch", "--switch-at", str(F), "--epochs", "14",
-                 "--lr", "0.03", "--lr-schedule", "cosine", "--eval-every", "2",
-                 "--momentum", str(MOMENTUM), "--momentum-ramp", str(RAMP), "--seed", "0").log
+    # Sync-Switch at its defaults (BSP for f = 0.1 of the budget, then ASP with
+    # momentum cut to m/W and ramped back over 100 updates) on an emulated
+    # 10 ms device. It had been loosened to lr 0.03, a ramp of 400 and 14
+    # epochs, because on 3 ranks over 2 cores a starved server summed many
+    # stale pushes into one step and the accuracy moved with the load: the
+    # accuracy at the defaults is the simulator's test (tests/sim), here the
+    # switch, the pushes and the lr and momentum the servers applied.
+    return train(3, run_dir, "--paradigm", "syncswitch", "--epochs", "6", "--lr-schedule", "cosine",
+                 "--device-time", "10ms", "--seed", "0").log
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +79,12 @@ def test_switch_at_f_of_the_sample_budget(offline):
     workers, batch = offline.layout["workers"], offline.config["batch_size"]
     iterations = offline.layout["iterations_per_worker"]
     budget = workers * iterations * batch
+    f = offline.config["switch_at"]
+    assert f == 0.1   # the default
     assert switch["to"] == "asp" and switch["budget"] == budget
-    assert switch["clock"] == math.ceil(F * iterations)
+    assert switch["clock"] == math.ceil(f * iterations)
     assert switch["samples"] == switch["clock"] * workers * batch
-    assert abs(switch["samples"] - F * budget) <= workers * batch          # within one round
+    assert abs(switch["samples"] - f * budget) <= workers * batch          # within one round
     assert switch["time"] > 0 and "budget" in switch["reason"]
     # and the run behaves as the phases say: lock-step rounds before, pushes
     # applied as they arrive after
@@ -115,15 +110,13 @@ def test_transient_straggler_switches_to_asp_and_back(online):
     switches = online.events("switch")
     for e in switches:
         assert {"time", "clock", "reason", "to", "samples", "bsp_samples"} <= set(e)
-    # the straggle (worker 3's iterations 20-29) is seen once it lasted the rounds
-    # asked for; a greedy policy may also react to a shorter slowdown of a busy
-    # core, and that is fine as long as the phases alternate
-    to_asp = [e for e in switches if e["to"] == "asp" and "straggler worker 3" in e["reason"]
-              and 20 + online.config["straggler_rounds"] <= e["clock"] <= 50]
-    assert to_asp, [(e["clock"], e["reason"]) for e in switches]
-    first = to_asp[0]
-    back = [e for e in switches if e["to"] == "bsp" and e["time"] > first["time"]]
-    assert back and "cleared" in back[0]["reason"] and back[0]["clock"] > first["clock"]
+    # the straggle (worker 3's iterations 20-49, 4x on an emulated device) is
+    # the first thing seen, once it lasted the rounds asked for (the
+    # simulator's exact K is 24), and the policy goes back once it clears
+    first, back = switches[0], switches[1]
+    assert first["to"] == "asp" and "straggler worker 3" in first["reason"], switches
+    assert 20 + online.config["straggler_rounds"] <= first["clock"] <= 50, switches
+    assert back["to"] == "bsp" and "cleared" in back["reason"] and back["clock"] > first["clock"]
     assert [e["to"] for e in switches] == ["asp", "bsp"] * (len(switches) // 2) + ["asp"] * (len(switches) % 2)
     assert online.status == "finished"          # no deadlock: every worker and server ended
     # the BSP phases total no more than f of the budget (+ the round a switch may wait for)
@@ -139,28 +132,25 @@ def test_lr_and_momentum_follow_the_policy(offline):
     rows = offline.applies[offline.applies["server"] == 0]
     before = rows["total_pushes"] - rows["pushes"]
     bsp, asp = rows[before < boundary], rows[before >= boundary]
-    assert np.allclose(bsp["momentum"], MOMENTUM)
-    assert asp["momentum"][0] == pytest.approx(MOMENTUM / workers, rel=1e-6)
+    momentum, ramp = offline.config["momentum"], offline.config["momentum_ramp"]
+    assert (momentum, ramp) == (0.9, 100)   # the defaults
+    assert np.allclose(bsp["momentum"], momentum)
+    assert asp["momentum"][0] == pytest.approx(momentum / workers, rel=1e-6)
     # ramped to ASP's asynchrony-compensated momentum 1 - W (1 - m) (async_momentum)
-    target = 1 - workers * (1 - MOMENTUM)
-    expected = MOMENTUM / workers + (target - MOMENTUM / workers) * np.minimum(1, (before[before >= boundary] - boundary) / RAMP)
+    target = 1 - workers * (1 - momentum)
+    expected = momentum / workers + (target - momentum / workers) * np.minimum(1, (before[before >= boundary] - boundary) / ramp)
     assert np.allclose(asp["momentum"], expected, rtol=1e-5)
     assert asp["momentum"][-1] == pytest.approx(target, rel=1e-6)
-    assert switch["momentum"] == pytest.approx(MOMENTUM / workers)
+    assert switch["momentum"] == pytest.approx(momentum / workers)
     # lr: the schedule's eta in BSP; in ASP the same long-run step eta / (1 - m)
     # at the ramp's momentum (ASP's eta / W per push is the push scale)
     epochs, ipe = offline.config["epochs"], offline.layout["iterations_per_epoch"]
     epoch = before / (workers * ipe)
     cosine = offline.config["lr"] * 0.5 * (1 + np.cos(np.pi * np.minimum(epoch / epochs, 1)))
     assert np.allclose(bsp["lr"], cosine[before < boundary], rtol=1e-4, atol=1e-7)
-    assert np.allclose(asp["lr"] / (1 - asp["momentum"]), cosine[before >= boundary] / (1 - MOMENTUM),
+    assert np.allclose(asp["lr"] / (1 - asp["momentum"]), cosine[before >= boundary] / (1 - momentum),
                        rtol=1e-4, atol=1e-6)
     assert np.allclose(offline.iterations["scale"], 1 / workers)
-
-
-# 6 -------------------------------------------------------------------------------
-def test_reaches_90_percent_on_digits(offline):
-    assert offline.summary()["final_accuracy"] >= 0.90
 
 
 # 5 -------------------------------------------------------------------------------
