@@ -3,6 +3,11 @@
 Workers of similar speed go together (PARADIGMS.md, GSSP): sort by iteration
 time and cut into G groups, equal sizes by default or 1-D k-means on the
 times. Groups are lists of worker indices (ascending), fastest group first.
+
+Times within SAME_SPEED of each other count as equal, and equal times keep
+worker order: a profile's noise (tens of microseconds on a 20 ms iteration
+of equally fast workers under MPI) would otherwise decide which of them
+share a group, differently in every run.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import numpy as np
 from ..validate import ConfigError
 
 GROUPINGS = ("equal", "kmeans")
+SAME_SPEED = 0.05   # relative: times up to 5% above the fastest of their class are its equals
 
 
 def validate_layout(workers: int, groups: int) -> None:
@@ -36,13 +42,14 @@ def group_by_speed(iter_times: Sequence[float], groups: int,
             over the sorted times (optimal clusters in 1-D are contiguous), so
             there is no initialisation to choose, the result is deterministic,
             and every group is non-empty even with repeated times.
-    Ties in time keep worker order. Unknown times (nan) count as slowest.
+    Ties in time (within SAME_SPEED) keep worker order. Unknown times (nan)
+    count as slowest.
     """
     t = np.asarray(iter_times, dtype=float).reshape(-1)
     validate_layout(int(t.size), groups)
     if method not in GROUPINGS:
         raise ConfigError("grouping", method, "allowed: " + ", ".join(GROUPINGS))
-    key = np.where(np.isnan(t), np.inf, t)
+    key = same_speed(np.where(np.isnan(t), np.inf, t))
     order = np.argsort(key, kind="stable")
     if method == "equal":
         cuts = np.array_split(np.arange(t.size), groups)
@@ -56,6 +63,18 @@ def group_by_speed(iter_times: Sequence[float], groups: int,
             x = np.where(finite, x, 2 * abs(top) + 1.0)
         bounds = _kmeans_1d(x, groups)
     return [sorted(int(w) for w in order[a:b]) for a, b in bounds]
+
+
+def same_speed(times: np.ndarray) -> np.ndarray:
+    """Each time replaced by the fastest of its class: in ascending order, a
+    class is a time and every later one within SAME_SPEED above it."""
+    snapped = times.copy()
+    first = None
+    for w in np.argsort(times, kind="stable"):
+        if first is None or not times[w] <= first * (1 + SAME_SPEED):
+            first = times[w]
+        snapped[w] = first
+    return snapped
 
 
 def _kmeans_1d(x: np.ndarray, k: int) -> list[tuple[int, int]]:

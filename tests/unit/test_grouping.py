@@ -11,6 +11,19 @@ def test_slow_workers_go_together():
     assert group_by_speed([4, 1, 4, 1], 2, "kmeans") == [[1, 3], [0, 2]]
 
 
+def test_equally_fast_workers_group_in_worker_order_whatever_the_noise():
+    """Profiled under MPI (ms): six workers at 20 ms differ by tens of
+    microseconds, and which of them joined the slow workers' group changed
+    from run to run; within 5% they are equal, in worker order."""
+    profiled = [20.042, 20.053, 20.042, 20.04, 20.064, 20.048, 40.07, 80.06]
+    assert group_by_speed(profiled, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert group_by_speed([20.031, 20.03, 20.04, 20.031, 20.035, 20.031, 40.035, 80.038], 2) == \
+        [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert group_by_speed(profiled, 3, "kmeans") == [[0, 1, 2, 3, 4, 5], [6], [7]]
+    # 6% apart is not equal
+    assert group_by_speed([1.06, 1.0, 1.06, 1.0], 2) == [[1, 3], [0, 2]]
+
+
 def test_equal_sizes_differ_by_at_most_one_fastest_first():
     times = [5, 3, 8, 1, 9, 2, 7]
     groups = group_by_speed(times, 3)
