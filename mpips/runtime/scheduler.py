@@ -11,8 +11,12 @@ woken only by writes to what its last check read (a GSSP group's table, not
 another group's; the cells it read, where it read only some) or, where the
 check says so (`depends_on`), to the parts of it that can make it pass (a
 worker's gate: the applied count of a worker it waits for), else every
-write would wake every parked task, mostly to fail again (benchmarks/results/simulator.md). A check skipped would have failed:
-a task resumes at the same virtual instant as if it were woken by every write.
+write would wake every parked task, mostly to fail again
+(benchmarks/results/simulator.md). A check skipped would have failed: a task
+resumes at the same virtual instant as if it were woken by every write. A
+woken wait's check runs in the scheduler's loop, at the task's turn, and the
+task itself is resumed only once it passes (a check that fails costs no
+task switch).
 Nothing depends on the wall clock or on thread timing, so a run is
 bit-reproducible, and a wait that can never end is found at once: no task
 can run, none sleeps, and the stall names what each waiting task waits for.
@@ -54,9 +58,11 @@ class Task:
         self.depends: dict[int, list] = {}  # source -> the parts of it that check read, or depends on
         self.number = 0                     # its current wait's place in line
         self.parked = 0                     # the token of its current park, 0 when not parked
-        self.check: Callable[[], bool] | None = None   # its current wait's readiness check
-        self.since = 0.0                    # ... begun then,
-        self.timeout = 0.0                  # ... a stall after this long
+        # its current wait: the readiness check the scheduler runs when woken,
+        # when the wait began, and after how long it is a stall
+        self.check: Callable[[], bool] | None = None
+        self.since = 0.0
+        self.timeout = 0.0
 
         def run():
             self.result = body()
