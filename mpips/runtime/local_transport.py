@@ -54,6 +54,13 @@ class Network:
         return self._delays.pop()
 
 
+def move(dst: np.ndarray, where, src: np.ndarray) -> None:
+    """dst[where] = src: the bytes of a pull or a push, which an MPI Get or
+    Put moves too (benchmarks/simulator.py counts them apart from the
+    simulator's own work)."""
+    dst[where] = src
+
+
 class SharedParameters:
     """The arrays behind every handle: per server its shard, one gradient
     slot per client row and each slot's (push number, order key)."""
@@ -89,13 +96,13 @@ class LocalParameterStore(SlotRows):
         self._scheduler.sleep(self._network.seconds(4 * self.n))
         self._scheduler.read(self._source)
         for shard, (lo, hi) in zip(self._shared.shards, self.bounds):
-            out[lo:hi] = shard
+            move(out, slice(lo, hi), shard)
 
     def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
         k = self.slot(row)
         self._scheduler.sleep(self._network.seconds(4 * self.n))
         for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
-            slots[k] = grad[lo:hi]
+            move(slots, k, grad[lo:hi])
         self._announce(k, number, key)
 
     def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
@@ -106,7 +113,7 @@ class LocalParameterStore(SlotRows):
         self._scheduler.sleep(self._network.seconds(8 * len(indices)))   # index and value
         for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
-            slots[k, indices[a:b] - lo] = values[a:b]
+            move(slots, (k, indices[a:b] - lo), values[a:b])
         self._announce(k, number, key)
 
     def _announce(self, k: int, number: int, key: int) -> None:
@@ -139,12 +146,6 @@ class SharedTable:
         self.size = size
         self.cells = np.zeros(size)
         self.lent = False
-
-    def writable(self) -> np.ndarray:
-        if self.lent:
-            self.cells = self.cells.copy()
-            self.lent = False
-        return self.cells
 
     def fetch_add(self, offset: int, value: float) -> float:
         """Add in place, even to a snapshot lent out (no copy): a
@@ -188,13 +189,17 @@ class LocalControlTable(TableLayout):
 
     def write(self, offset: int, values) -> None:
         table = self._table
-        vals = np.asarray(values, dtype=np.float64).ravel()
-        end = offset + vals.size
+        vals = np.asarray(values, dtype=np.float64)   # (a row, or a list of one cell)
+        end = offset + len(vals)
+        cells = table.cells
         # bit for bit: a cell rewritten with its value changes nothing (a
         # server's row holds every worker's applied count, a step moves a few)
-        changed = (table.cells[offset:end].view(np.int64) != vals.view(np.int64)).nonzero()[0]
-        if changed.size:
-            table.writable()[offset:end] = vals
+        changed = (cells[offset:end].view(np.int64) != vals.view(np.int64)).nonzero()[0]
+        if len(changed):
+            if table.lent:   # copied first: a snapshot lent out never changes
+                cells = table.cells = cells.copy()
+                table.lent = False
+            cells[offset:end] = vals
             self._scheduler.changed(self._source, (changed + offset).tolist())
 
     def add(self, offset: int, value: float) -> float:
