@@ -17,7 +17,7 @@ Python process (one paradigm's state cannot slow the next):
   run). Beyond fwd/bwd = (run - forward/backward) / worker iterations.
   Goal: each run < 2 minutes.
 - sampled: the same job under py-spy (SAMPLE_RATE stacks a second, from
-  another process: no code of the run is wrapped or slowed by a timer),
+  another process: nothing but the forward/backward is timed from inside),
   each sample of the run given to the innermost frame that says whose work
   it is (`mode_of`):
   - the simulator proper: the scheduler and the in-process transport

@@ -189,13 +189,13 @@ class LocalControlTable(TableLayout):
 
     def write(self, offset: int, values) -> None:
         table = self._table
-        vals = np.asarray(values, dtype=np.float64)   # (a row, or a list of one cell)
-        end = offset + len(vals)
+        vals = np.asarray(values, dtype=np.float64).ravel()
+        end = offset + vals.size
         cells = table.cells
         # bit for bit: a cell rewritten with its value changes nothing (a
         # server's row holds every worker's applied count, a step moves a few)
         changed = (cells[offset:end].view(np.int64) != vals.view(np.int64)).nonzero()[0]
-        if len(changed):
+        if changed.size:
             if table.lent:   # copied first: a snapshot lent out never changes
                 cells = table.cells = cells.copy()
                 table.lent = False
