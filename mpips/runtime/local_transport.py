@@ -147,6 +147,12 @@ class SharedTable:
         self.cells = np.zeros(size)
         self.lent = False
 
+    def writable(self) -> np.ndarray:
+        if self.lent:
+            self.cells = self.cells.copy()
+            self.lent = False
+        return self.cells
+
     def fetch_add(self, offset: int, value: float) -> float:
         """Add in place, even to a snapshot lent out (no copy): a
         fetch-and-add counter is read by no view (`LocalControlTable.add`)."""
@@ -191,15 +197,11 @@ class LocalControlTable(TableLayout):
         table = self._table
         vals = np.asarray(values, dtype=np.float64).ravel()
         end = offset + vals.size
-        cells = table.cells
         # bit for bit: a cell rewritten with its value changes nothing (a
         # server's row holds every worker's applied count, a step moves a few)
-        changed = (cells[offset:end].view(np.int64) != vals.view(np.int64)).nonzero()[0]
+        changed = (table.cells[offset:end].view(np.int64) != vals.view(np.int64)).nonzero()[0]
         if changed.size:
-            if table.lent:   # copied first: a snapshot lent out never changes
-                cells = table.cells = cells.copy()
-                table.lent = False
-            cells[offset:end] = vals
+            table.writable()[offset:end] = vals
             self._scheduler.changed(self._source, (changed + offset).tolist())
 
     def add(self, offset: int, value: float) -> float:
