@@ -18,8 +18,8 @@ class Gate:
     """Answer to "may worker i start its next iteration?"."""
 
     ok: bool
-    # Workers it waits for, when not ok: it cannot pass before each of them
-    # has more pushes applied or is done (`mpips simulate` re-checks it only then).
+    # Workers it waits for, when not ok, in ascending order: it cannot pass before
+    # each of them has more pushes applied or is done (`mpips simulate` re-checks it only then).
     waiting_for: tuple[int, ...] = ()
     event: dict[str, Any] | None = None        # something to log (e.g. DSSP r*)
 

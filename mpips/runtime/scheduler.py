@@ -26,8 +26,10 @@ its gate in a loop, deep in calls), so a scheduler must suspend a task in
 the middle of a call stack. Generators (or SimPy, built on them) would make
 every function on that path a generator and the roles different from the MPI
 ones; threads passing a baton cost tens of microseconds per switch in the
-GIL's hand-off. A greenlet switch costs about a microsecond (the benchmark:
-benchmarks/simulator.py).
+GIL's hand-off. A greenlet switch costs under a microsecond, a whole event
+(a sleep, the timer heap, the switches out and back) a few, and three times
+that once the tasks' own work between events has evicted it from the caches
+(benchmarks/scheduler_events.py).
 """
 from __future__ import annotations
 

@@ -117,21 +117,23 @@ def test_a_wait_past_its_timeout_fails_its_task_naming_it():
     assert scheduler.switches == 2 + 6   # each task started, worker 1 after each of its sleeps
 
 
-def test_a_gate_is_checked_again_only_once_a_worker_it_waits_for_progresses():
-    """Worker 0 at clock 1 (SSP, s=0) waits for workers 1 and 2; the other
-    writes (pushes not yet applied, a budget claim) would only wake it to
-    fail, and so would worker 2's push applied: it waits for worker 1."""
+def ssp0_gate_checks(workers: int, table: list[tuple[int, int]], steps) -> list[float]:
+    """When worker 0's SSP (s=0) gate is checked as `mpips simulate` waits on
+    it: `table` gives each worker's (clock, pushes applied); another task makes
+    one of `steps(clock, applied, control)` every virtual second."""
     from mpips.runtime.local_transport import LocalControlTable, watch_gates
     from mpips.paradigms import make_paradigm
-    from mpips.runtime.state import G, S, W
+    from mpips.runtime.state import S, W
 
     scheduler = Scheduler()
-    control = LocalControlTable(LocalControlTable.shared(3, 1), scheduler, 3, 1)
-    ssp = make_paradigm(Config(paradigm="ssp", staleness=0, workers=3), 3)
+    control = LocalControlTable(LocalControlTable.shared(workers, 1), scheduler, workers, 1)
+    ssp = make_paradigm(Config(paradigm="ssp", staleness=0, workers=workers), workers)
     watch_gates(ssp)
-    applied = lambda j: control.write(control.server_offset(0, len(S) + j), [1])
-    control.write(control.worker_offset(0, W.CLOCK), [1])
-    applied(0)
+    clock = lambda j, c: control.write(control.worker_offset(j, W.CLOCK), [c])
+    applied = lambda j, n: control.write(control.server_offset(0, len(S) + j), [n])
+    for j, (c, a) in enumerate(table):
+        clock(j, c)
+        applied(j, a)
     checks = []
 
     def gate():
@@ -141,16 +143,36 @@ def test_a_gate_is_checked_again_only_once_a_worker_it_waits_for_progresses():
         scheduler.wait_until(ready, what="gate", describe=str, warn=1, timeout=10)
 
     def others():
-        for step in (lambda: control.write(control.worker_offset(2, W.CLOCK), [1]), lambda: applied(2),
-                     lambda: control.add(G.CLAIMED, 16), lambda: control.write(control.worker_offset(1), [1]),
-                     lambda: applied(1)):
+        for step in steps(clock, applied, control):
             scheduler.sleep(1.0)
             step()
 
     scheduler.spawn("worker 0", gate)
     scheduler.spawn("others", others)
     scheduler.run()
-    assert checks == [0.0, 5.0]
+    return checks
+
+
+def test_a_gate_is_checked_again_only_once_a_worker_it_waits_for_progresses():
+    """Worker 0 at clock 1 (SSP, s=0) waits for workers 1 and 2; the other
+    writes (pushes not yet applied, a budget claim) would only wake it to
+    fail, and so would worker 2's push applied: it waits for worker 1."""
+    from mpips.runtime.state import G
+
+    steps = lambda clock, applied, control: (lambda: clock(2, 1), lambda: applied(2, 1),
+                                             lambda: control.add(G.CLAIMED, 16), lambda: clock(1, 1),
+                                             lambda: applied(1, 1))
+    assert ssp0_gate_checks(3, [(1, 1), (0, 0), (0, 0)], steps) == [0.0, 5.0]
+
+
+def test_a_gate_waiting_for_many_watches_the_one_furthest_behind():
+    """Worker 0 at clock 2 (SSP, s=0) waits for workers 1-4: its check runs
+    again only once the one furthest behind progresses, the fewest pushes
+    applied first (worker 2 or 4, not worker 3 with the lowest clock), then
+    the lowest clock, then the lowest index (worker 2, not 4)."""
+    steps = lambda clock, applied, control: (lambda: applied(1, 2), lambda: clock(3, 2), lambda: applied(3, 2),
+                                             lambda: applied(4, 2), lambda: applied(2, 1), lambda: applied(2, 2))
+    assert ssp0_gate_checks(6, [(2, 2), (2, 1), (2, 0), (1, 1), (2, 0), (2, 2)], steps) == [0.0, 5.0, 6.0]
 
 
 def test_a_claim_wakes_only_waits_on_its_own_cell():
