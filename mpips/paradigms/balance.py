@@ -41,14 +41,30 @@ def _bounded_shares(total: int, v: np.ndarray, lo: float, hi: float) -> np.ndarr
     in the same proportion).
     """
     bps = np.unique(np.concatenate([lo / v, hi / v]))
-    f = np.clip(np.outer(bps, v), lo, hi).sum(axis=1)
-    k = int(np.searchsorted(f, total))       # first breakpoint with f >= total
+
+    def f(k: int) -> float:
+        x = bps[k] * v
+        np.maximum(x, lo, out=x)   # np.clip, without its dispatch (microseconds a call)
+        np.minimum(x, hi, out=x)
+        return x.sum()
+
+    # first breakpoint with f >= total, by bisection: f at O(log W) breakpoints,
+    # O(W) each (f at all 2W of them is a 2W x W matrix: 128K cells a round at
+    # 256 workers, in every worker)
+    a, b = 0, len(bps)
+    while a < b:
+        mid = (a + b) // 2
+        if f(mid) < total:
+            a = mid + 1
+        else:
+            b = mid
+    k = a
     if k == 0:
         lam = bps[0]
     elif k == len(bps):                      # unreachable when total <= hi*W
         lam = bps[-1]
     else:
-        l0, l1, f0, f1 = bps[k - 1], bps[k], f[k - 1], f[k]
+        l0, l1, f0, f1 = bps[k - 1], bps[k], f(k - 1), f(k)
         lam = l0 + (total - f0) * (l1 - l0) / (f1 - f0)
     return np.clip(lam * v, lo, hi)
 
@@ -60,21 +76,15 @@ def _round_to_sum(real: np.ndarray, total: int, lo: int, hi: int) -> np.ndarray:
     x = np.clip(x, lo, hi)
     rem = real - x
     deficit = total - int(x.sum())
-    # Stable sort so ties go to the lower worker index: deterministic.
+    # Stable sort so ties go to the lower worker index: deterministic. Each
+    # worker moves by at most one, the largest remainders first (the smallest
+    # when taking away), skipping those at their bound.
     if deficit > 0:
-        for i in np.argsort(-rem, kind="stable"):
-            if deficit == 0:
-                break
-            if x[i] < hi:
-                x[i] += 1
-                deficit -= 1
+        order = np.argsort(-rem, kind="stable")
+        x[order[x[order] < hi][:deficit]] += 1
     elif deficit < 0:
-        for i in np.argsort(rem, kind="stable"):
-            if deficit == 0:
-                break
-            if x[i] > lo:
-                x[i] -= 1
-                deficit += 1
+        order = np.argsort(rem, kind="stable")
+        x[order[x[order] > lo][:-deficit]] -= 1
     return x
 
 

@@ -44,6 +44,33 @@ def test_cap_and_floor_are_respected(seed):
     assert (x >= 1).all() and (x <= cap).all()
 
 
+@pytest.mark.parametrize("w", [256, 1024])
+def test_allocation_at_hundreds_of_workers_is_the_water_filling_split(w):
+    """Every speed distinct (2W breakpoints), both bounds binding: the
+    batches round the shares clip(lam v_i, 1, cap) that sum to the global
+    batch, lam found here by plain bisection."""
+    rng = np.random.default_rng(w)
+    speeds = rng.lognormal(0, 1, w)
+    cap, total = 40, 16 * w
+    x = allocate(total, speeds, cap=cap)
+    assert x.sum() == total and (x >= 1).all() and (x <= cap).all()
+    low, high = 0.0, cap / speeds.min()
+    for _ in range(200):
+        lam = (low + high) / 2
+        low, high = (lam, high) if np.clip(lam * speeds, 1, cap).sum() < total else (low, lam)
+    shares = np.clip(high * speeds, 1, cap)
+    assert (shares == 1).any() and (shares == cap).any()
+    assert np.all(np.abs(x - shares) < 1)
+
+
+def test_rounding_moves_each_worker_by_one_at_most_and_never_past_a_bound():
+    from mpips.paradigms.balance import _round_to_sum
+    # up: largest remainders first, worker 0 at the cap skipped (9 cannot be met)
+    assert _round_to_sum(np.array([3.0, 2.2, 1.9]), 9, 1, 3).tolist() == [3, 3, 2]
+    # down: smallest remainders first, worker 0 at the floor skipped
+    assert _round_to_sum(np.array([1.0, 2.7, 2.2]), 4, 1, 3).tolist() == [1, 2, 1]
+
+
 def test_cap_cut_goes_to_the_others_proportionally():
     # worker 3 would get 87 of 100; capped at 40, the other 60 split 1:2:3
     assert allocate(100, [1, 2, 3, 40], cap=40).tolist() == [10, 20, 30, 40]
