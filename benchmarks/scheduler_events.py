@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
 
 import numpy as np
-from common import table, write_results  # (puts this checkout's mpips on the path)
+from common import stats, table, write_results  # (puts this checkout's mpips on the path)
 
 from mpips.runtime.scheduler import Scheduler
 
@@ -63,9 +62,9 @@ def main() -> int:
     for repeat in range(REPEATS):
         for kib in SIZES_KIB:
             runs[kib].append(event_cost(kib, repeat))
-    median = {kib: statistics.median(v) for kib, v in runs.items()}
-    rows = [[kib, 1e6 * median[kib], 1e6 * min(runs[kib]), 1e6 * max(runs[kib]), median[kib] / median[0]]
-            for kib in SIZES_KIB]
+    us = {kib: stats(v) for kib, v in runs.items()}
+    rows = [[kib, us[kib]["median_us"], us[kib]["min_us"], 1e6 * max(runs[kib]),
+             us[kib]["median_us"] / us[0]["median_us"]] for kib in SIZES_KIB]
     markdown = (
         f"{TASKS} tasks x {EVENTS} events (a sleep each), each task touching its own buffer (read and "
         f"write) before each event; the touches timed from inside and left out. Sizes interleaved, "

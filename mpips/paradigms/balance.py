@@ -9,6 +9,7 @@ Pure numpy: no MPI, no torch.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import Sequence
 
 import numpy as np
@@ -51,14 +52,7 @@ def _bounded_shares(total: int, v: np.ndarray, lo: float, hi: float) -> np.ndarr
     # first breakpoint with f >= total, by bisection: f at O(log W) breakpoints,
     # O(W) each (f at all 2W of them is a 2W x W matrix: 128K cells a round at
     # 256 workers, in every worker)
-    a, b = 0, len(bps)
-    while a < b:
-        mid = (a + b) // 2
-        if f(mid) < total:
-            a = mid + 1
-        else:
-            b = mid
-    k = a
+    k = bisect_left(range(len(bps)), total, key=f)
     if k == 0:
         lam = bps[0]
     elif k == len(bps):                      # unreachable when total <= hi*W
