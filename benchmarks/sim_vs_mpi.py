@@ -11,8 +11,9 @@ settings on the same emulated heterogeneous cluster, once as an MPI job
 
 The budget (--epochs, global) differs per paradigm only so that each MPI job
 trains for 5-15 s (EPOCHS below); every paradigm setting is its default. The
-simulator's network model is its default too (--sim-latency 20us,
---sim-bandwidth 10GB/s), the same for every paradigm. To explain a
+simulator's time model is its default too (--sim-latency 20us,
+--sim-bandwidth 10GB/s, --sim-jitter 200us, --sim-apply 200us), the same for
+every paradigm. To explain a
 disagreement, each run also keeps the per-iteration means of wait, pull,
 compute and push (iteration table), MPI and simulated, per worker.
 
@@ -219,8 +220,9 @@ def main() -> None:
     md = (f"Each paradigm at its default settings, `--device-time {args.device_time} --slowdown {args.slowdown} "
           f"--evaluator`, digits MLP, batch 16, global budget (epochs per paradigm below, so that a job trains "
           f"5-15 s), seeds {args.seeds}: an MPI job of 1 server (+2 group servers for GSSP) + {WORKERS} workers + "
-          f"the evaluator rank, and `python -m mpips simulate --workers {WORKERS}` with the same flags (network "
-          f"model at its defaults: 20 us + bytes / 10 GB/s per pull or push; control table and applies free). "
+          f"the evaluator rank, and `python -m mpips simulate --workers {WORKERS}` with the same flags (time "
+          f"model at its defaults: 20 us + bytes / 10 GB/s + a random delay of mean 200 us per pull or push, "
+          f"a server's apply 200 us + the summed pushes' bytes / 10 GB/s; the control table free). "
           f"Bounds: every worker's iteration count within {ITER_BOUND:.0%} in every run; MPI wall_seconds over "
           f"simulated (virtual) wall_seconds within {TIME_BOUND:.0%} in every run; final accuracy within "
           f"{ACC_BOUND} points, mean over seeds. The jobs took {jobs / 60:.1f} min "

@@ -117,6 +117,8 @@ class Config:
     sim_bandwidth: float = _f(10e9, "simulate: bytes/s of a pull or push (the modelled network)")
     sim_jitter: float = _f(2e-4, "simulate: mean of a seeded random extra delay of each pull or push "
                                  "(exponential; 0 = none, equally fast workers then move in lockstep)")
+    sim_apply: float = _f(2e-4, "simulate: seconds of a server's step, beyond its sum of the pushes "
+                                "(which moves each push's bytes at sim-bandwidth)")
     # runtime -----------------------------------------------------------------
     run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
     eval_every: float = _f(1.0, "evaluate every this many epochs of updates")
@@ -186,6 +188,8 @@ class Config:
             raise ConfigError("sim_jitter", self.sim_jitter, "must be >= 0 (seconds)")
         if self.sim_latency < 0:
             raise ConfigError("sim_latency", self.sim_latency, "must be >= 0 (seconds)")
+        if self.sim_apply < 0:
+            raise ConfigError("sim_apply", self.sim_apply, "must be >= 0 (seconds)")
         _positive(self, "straggler_factor")
         _unit(self, "momentum", 0.0, 1.0, closed=False)
         _unit(self, "test_fraction", 0.0, 1.0, closed=False)

@@ -1,6 +1,7 @@
 """Start a job: agree on the set-up, split roles, make the windows, run each role."""
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import sys
@@ -100,6 +101,20 @@ def _device(config: Config, comm: MPI.Intracomm) -> torch.device:
     return torch.device("cuda", index)
 
 
+def warm_up(flat: FlatModel, data, batch_size: int, loss=None) -> None:
+    """One forward/backward on a copy of the model, before the clock starts.
+    torch initializes lazily at a process's first backward: on a CUDA build
+    of torch, even on the CPU, a worker's first iteration took 110-290 ms, an
+    overrun of its emulated device time in every worker of every job
+    (benchmarks/results/sim_vs_mpi.md). A copy, under a forked random
+    state: the run's parameters, gradients and random numbers stay as they are."""
+    model = copy.deepcopy(flat.model)
+    cuda = [flat.device.index or 0] if flat.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        x, y = data.x_train[:batch_size].to(flat.device), data.y_train[:batch_size].to(flat.device)
+        (loss or torch.nn.CrossEntropyLoss())(model(x), y).backward()
+
+
 def versions() -> dict:
     return {"mpips": __version__, "torch": torch.__version__, "numpy": np.__version__,
             "mpi": MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip(),
@@ -185,6 +200,8 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
     if role != WORKER:
         device = torch.device("cpu")
     flat = FlatModel(model, device)
+    if role == WORKER:
+        warm_up(flat, data, config.batch_size, loss)
     iterations, ipe, total_samples = sized(config, paradigm, len(data.y_train), ipe)
     paradigm.set_iterations(iterations)
     # A run directory holding a checkpoint of this run: go on from it (mpips/runtime/checkpointer.py).

@@ -12,8 +12,10 @@ Costs (the `Network` model, documented in docs/simulator.md): a pull or a
 push takes latency + bytes / bandwidth of virtual time, its data read or
 written at the end of it (a pull sees the parameters as they are when it
 completes), plus a seeded random delay of mean `--sim-jitter`; the shards
-of several servers move in parallel. Control-table operations (a few
-hundred bytes) and a server's apply take no virtual time.
+of several servers move in parallel. A server's apply takes `--sim-apply`
+plus the bytes of the pushes it sums / bandwidth, after it took them and
+before its step is seen. Control-table operations (a few hundred bytes)
+take no virtual time.
 """
 from __future__ import annotations
 
@@ -29,15 +31,20 @@ from .state import SlotRows, TableLayout, TableView, shard_bounds, sum_slots
 class Network:
     """latency + bytes / bandwidth per pull or push, plus a seeded random
     delay of mean `jitter` (exponential): real transfers and the work around
-    them (notifying, a server's apply) vary, and without it equally fast
-    workers would push at the same instant in every round, which no cluster
-    does (a server would then sum their pushes as one step:
-    benchmarks/results/sim_vs_mpi.md)."""
+    them (notifying, polling) vary, and without it equally fast workers
+    would push at the same instant in every round, which no cluster does (a
+    server would then sum their pushes as one step:
+    benchmarks/results/sim_vs_mpi.md). A server's apply: `apply` plus the
+    summed pushes' bytes / bandwidth; until it ends, the pushes it took are
+    not applied for anyone who looks (under MPI a push is seen 0.1-0.5 ms
+    after it lands; without this, VSGD's workers saw each other's pushes
+    sooner and damped more: benchmarks/results/sim_vs_mpi.md)."""
 
     latency: float = 20e-6      # s per message
     bandwidth: float = 10e9     # bytes/s
     jitter: float = 0.0         # s, mean of the random extra delay
     seed: int = 0
+    apply: float = 0.0          # s of a server's step beyond its sum
 
     def __post_init__(self):
         self._rng = np.random.default_rng([self.seed % (1 << 64), 0x7177E5])
@@ -45,6 +52,9 @@ class Network:
 
     def seconds(self, nbytes: int) -> float:
         return self.latency + nbytes / self.bandwidth + (self._delay() if self.jitter else 0.0)
+
+    def apply_seconds(self, nbytes: int) -> float:
+        return self.apply + nbytes / self.bandwidth
 
     def _delay(self) -> float:
         # drawn 4096 at a time (the same numbers as one at a time, in the same
@@ -125,8 +135,10 @@ class LocalParameterStore(SlotRows):
         if not self.count:
             return 0
         s = self.shard_index
-        return sum_slots(out, self._shared.slots[s], self._shared.heads[s], self._slot_of,
-                         clocks, consumed, sparse=self.sparse)
+        taken = sum_slots(out, self._shared.slots[s], self._shared.heads[s], self._slot_of,
+                          clocks, consumed, sparse=self.sparse)
+        self._scheduler.sleep(self._network.apply_seconds(4 * self.count * taken))
+        return taken
 
     def publish(self) -> None:
         self._scheduler.changed(self._source)

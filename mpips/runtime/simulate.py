@@ -7,7 +7,7 @@ deterministic scheduler (mpips/runtime/scheduler.py) over the in-process transpo
 an iteration's compute takes the device-time model's virtual time
 (`--device-time`, 20ms unless given; slowdowns and stragglers as under MPI),
 pulls and pushes the network model's (`--sim-latency`, `--sim-bandwidth`,
-`--sim-jitter`).
+`--sim-jitter`), a server's apply `--sim-apply` and the sum of its pushes.
 The run log is the MPI job's (same files and schema, times virtual), so
 `mpips info` and analysis/ read it unchanged. A run is bit-reproducible: the
 same configuration and seed give the same parameters and the same log.
@@ -65,7 +65,8 @@ def simulate(config: Config) -> str:
     data, model, paradigm, ipe = prepare(config, layout, config.run_dir, first=True)
     iterations, ipe, total_samples = sized(config, paradigm, len(data.y_train), ipe)
     scheduler = Scheduler()
-    network = Network(config.sim_latency, config.sim_bandwidth, config.sim_jitter, config.seed)
+    network = Network(config.sim_latency, config.sim_bandwidth, config.sim_jitter, config.seed,
+                      config.sim_apply)
     n = FlatModel(model).n
     sparse = config.compressor != "none"
     shared = SharedParameters(n, layout.servers, range(layout.clients))
@@ -93,7 +94,7 @@ def simulate(config: Config) -> str:
             clock=scheduler.clock))
         flats.append(FlatModel(copy.deepcopy(model)))
     announce(contexts[0], size, versions(), transport="simulated", sim_latency=network.latency,
-             sim_bandwidth=network.bandwidth, sim_jitter=network.jitter)
+             sim_bandwidth=network.bandwidth, sim_jitter=network.jitter, sim_apply=network.apply)
     contexts[0].checkpointer.begin(contexts[0])
     try:
         if layout.group_servers:

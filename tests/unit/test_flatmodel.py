@@ -40,3 +40,23 @@ def test_pulled_parameters_are_the_model_parameters():
     flat.host_params[:] = np.arange(flat.n, dtype=np.float32)
     flat.params_from_host()
     assert float(next(flat.model.parameters()).detach().reshape(-1)[1]) == 1.0
+
+
+def test_the_warm_up_leaves_the_model_and_the_random_state_as_they_were():
+    """A worker's warm-up forward/backward (before the clock starts) runs on
+    a copy: parameters, gradients, BatchNorm's statistics and the random
+    numbers that dropout draws next are those of a run without it."""
+    from types import SimpleNamespace
+
+    from mpips.runtime.job import warm_up
+    torch.manual_seed(0)
+    flat = FlatModel(torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.BatchNorm1d(8),
+                                         torch.nn.Dropout(0.5), torch.nn.Linear(8, 2)))
+    flat.host_grads[:] = np.arange(flat.n)
+    data = SimpleNamespace(x_train=torch.randn(32, 3), y_train=torch.randint(0, 2, (32,)))
+    before = [t.clone() for t in (flat.params, flat.grads, *flat.model.buffers())]
+    rng = torch.get_rng_state()
+    warm_up(flat, data, 16)
+    after = [flat.params, flat.grads, *flat.model.buffers()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert torch.equal(torch.get_rng_state(), rng)
