@@ -32,6 +32,7 @@ import time
 import numpy as np
 from common import mpiexec, table, write_results
 
+from mpips.config import Config
 from mpips.io.log import RunLog
 
 WORKERS = 8
@@ -42,6 +43,7 @@ PARADIGMS = ["bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd"]
 EPOCHS = {"bsp": 10, "ssp": 10, "dssp": 10, "vsgd": 10, "asp": 25, "gssp": 20, "syncswitch": 20, "lbbsp": 25}
 ITER_BOUND, TIME_BOUND, ACC_BOUND = 0.05, 0.10, 1.5    # fraction, fraction, points
 PARTS = ("wait", "pull", "compute", "push")
+SIM = Config()   # the simulator's time model, at its defaults
 
 
 def ranks(paradigm: str) -> int:
@@ -221,8 +223,10 @@ def main() -> None:
           f"--evaluator`, digits MLP, batch 16, global budget (epochs per paradigm below, so that a job trains "
           f"5-15 s), seeds {args.seeds}: an MPI job of 1 server (+2 group servers for GSSP) + {WORKERS} workers + "
           f"the evaluator rank, and `python -m mpips simulate --workers {WORKERS}` with the same flags (time "
-          f"model at its defaults: 20 us + bytes / 10 GB/s + a random delay of mean 200 us per pull or push, "
-          f"a server's apply 200 us + the summed pushes' bytes / 10 GB/s; the control table free). "
+          f"model at its defaults: {SIM.sim_latency * 1e6:g} us + bytes / {SIM.sim_bandwidth / 1e9:g} GB/s + a "
+          f"random delay of mean {SIM.sim_jitter * 1e6:g} us per pull or push, a server's apply "
+          f"{SIM.sim_apply * 1e6:g} us + the summed pushes' bytes / {SIM.sim_bandwidth / 1e9:g} GB/s; the "
+          f"control table free). "
           f"Bounds: every worker's iteration count within {ITER_BOUND:.0%} in every run; MPI wall_seconds over "
           f"simulated (virtual) wall_seconds within {TIME_BOUND:.0%} in every run; final accuracy within "
           f"{ACC_BOUND} points, mean over seeds. The jobs took {jobs / 60:.1f} min "

@@ -184,12 +184,9 @@ class Config:
             raise ConfigError("stall_timeout", self.stall_timeout, f"must be a number >= {MIN_STALL_TIMEOUT:g} (seconds)")
         _positive(self, "lr_step_every")
         _positive(self, "sim_bandwidth")
-        if self.sim_jitter < 0:
-            raise ConfigError("sim_jitter", self.sim_jitter, "must be >= 0 (seconds)")
-        if self.sim_latency < 0:
-            raise ConfigError("sim_latency", self.sim_latency, "must be >= 0 (seconds)")
-        if self.sim_apply < 0:
-            raise ConfigError("sim_apply", self.sim_apply, "must be >= 0 (seconds)")
+        for name in ("sim_latency", "sim_jitter", "sim_apply"):   # virtual seconds; 0 = free
+            if getattr(self, name) < 0:
+                raise ConfigError(name, getattr(self, name), "must be >= 0 (seconds)")
         _positive(self, "straggler_factor")
         _unit(self, "momentum", 0.0, 1.0, closed=False)
         _unit(self, "test_fraction", 0.0, 1.0, closed=False)
