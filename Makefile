@@ -47,7 +47,8 @@ test-unit: install
 test-sim: install
 	$(PYTEST) tests/sim
 
-# In-process MPI tests under 4 ranks, then the tests that launch whole jobs.
+# In-process MPI tests under 4 ranks, then the tests that run whole jobs (those expected to
+# succeed in one launch of 8 ranks, one after another: tests/job_pool.py).
 test-mpi: install
 	$(MPIEXEC) -n 4 $(PY) -m pytest -q --with-mpi --timeout=120 --timeout-method=thread tests/mpi/inproc
 	$(PYTEST) -p no:pytest_mpi --ignore=tests/mpi/inproc --durations=15 tests/mpi

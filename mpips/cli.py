@@ -113,14 +113,15 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def cmd_train(args) -> int:
+def cmd_train(args, comm=None) -> int:
+    """`comm`: the ranks the job runs on (default COMM_WORLD: every rank of the launch)."""
     # SIGUSR1 (preemption) asks the trainer for a checkpoint; one that comes
     # before it can take one is remembered (`python -m mpips` did this first
     # of all), and once the run is finished it must not kill the rank.
     preemption.remember()
     from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD if comm is None else comm
     overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
     try:
         config = load(getattr(args, "config", None), overrides)
@@ -199,7 +200,8 @@ def cmd_info(args) -> int:
     return code
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, comm=None) -> int:
+    """`comm`: the ranks a `train` runs on (mpips.train's `comm`; default COMM_WORLD)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in DELEGATED:
         from importlib import import_module
@@ -213,5 +215,7 @@ def main(argv=None) -> int:
         # every rank fails alike; one says so
         return _fail(str(e)) if _launched_rank() in (None, "0") else 2
     args = parser().parse_args(argv)
-    return {"train": cmd_train, "simulate": cmd_simulate, "ranks": cmd_ranks, "info": cmd_info,
+    if args.command == "train":
+        return cmd_train(args, comm)
+    return {"simulate": cmd_simulate, "ranks": cmd_ranks, "info": cmd_info,
             "compare": compare.cmd_compare, "syncswitch-search": syncswitch_search.cmd_search}[args.command](args)

@@ -1,8 +1,12 @@
 """Launch real MPI jobs of `python -m mpips train` and read their logs.
 
-Tests here run in a plain pytest process and start `mpiexec -n N` in a
+Tests here run in a plain pytest process and start MPI jobs in a
 subprocess, so a whole job (roles, windows, logs, exit codes) is exercised
-exactly as a user runs it. `mpiexec --timeout` is a second net under
+as a user runs it: `mpips train` under mpiexec. A job expected to succeed
+runs in the job pool (job_pool.py: one launch of 8 ranks for the session,
+which imports torch once, not 5 times a job); one expected to fail, or
+killed, or needing an environment of its own, is a launch of its own.
+`mpiexec --timeout` and the pool's deadline are a second net under
 pytest-timeout: a hang ends as a failure, never as a stuck CI.
 """
 from __future__ import annotations
@@ -13,10 +17,10 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
-import psutil
 import pytest
 import torch
 
+from job_pool import JobPool, kill_job  # noqa: F401 (kill_job: the tests import it from here)
 from mpips.experiments.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
 from mpips.io.log import RunLog
 from mpips.training.data import GlobalStream, WorkerShard, load_dataset
@@ -42,40 +46,29 @@ def mpiexec(n: int, args: list[str], *, timeout: float = 240, env: dict | None =
                           timeout=timeout + 30, text=True, errors="replace")
 
 
-def kill_job(p: subprocess.Popen) -> None:
-    """SIGKILL every rank of the job mpiexec `p` started (a node lost), then
-    let mpiexec end. Killing mpiexec alone, or its process group, leaves the
-    ranks running (each is in a process group of its own: they would go on
-    training under the next tests), and a mpiexec killed leaves its session
-    directory (/tmp/ompi.PID) behind: PIDs wrap at 32768 here, and a later
-    mpiexec given the same PID fails to start ("The PMIx server's listener
-    thread failed to start"). Told that its ranks died, mpiexec removes it."""
-    try:
-        ranks = psutil.Process(p.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        ranks = []
-    for proc in ranks:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(ranks, timeout=30)
-    try:
-        p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+POOL = JobPool(8, MPI_ENV)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def job_pool():
+    yield POOL
+    POOL.stop()
 
 
 def train(n: int, run_dir, *flags: str, timeout: float = 240, check: bool = True) -> Job:
     """One training job of n ranks writing to run_dir; fails the test on a
-    non-zero exit (with the job's output) when `check`."""
-    p = mpiexec(n, ["-m", "mpips", "train", "--run-dir", str(run_dir), "--stall-timeout", "60",
-                    *flags], timeout=timeout)
-    out = p.stdout.replace("\x00", "")
-    if check and p.returncode != 0:
-        pytest.fail(f"job exited {p.returncode}:\n{out[-4000:]}")
-    return Job(p.returncode, out, str(run_dir))
+    non-zero exit (with the job's output) when `check`. A job that must
+    succeed (`check`) runs in the job pool, one that may fail is launched."""
+    argv = ["train", "--run-dir", str(run_dir), "--stall-timeout", "60", *flags]
+    if check and n <= POOL.ranks:
+        code, out = POOL.run(n, argv, timeout)
+    else:
+        p = mpiexec(n, ["-m", "mpips", *argv], timeout=timeout)
+        code, out = p.returncode, p.stdout
+    out = out.replace("\x00", "")
+    if check and code != 0:
+        pytest.fail(f"job exited {code}:\n{out[-4000:]}")
+    return Job(code, out, str(run_dir))
 
 
 def assert_each_sample_once(log) -> None:

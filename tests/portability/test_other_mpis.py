@@ -12,29 +12,27 @@ The same tiny jobs run under two MPI set-ups, chosen by MPIPS_PORTABILITY:
 Each job must end with exit status 0 and a complete log: status finished,
 every worker's every iteration logged, the global sample budget used once,
 the final parameters written, and the MPI library named in the log the one
-this flavour is about.
+this flavour is about. The jobs run one after another in one launch of
+that MPI (tests/job_pool.py: its ranks import torch once).
 """
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from mpips.experiments.launch import MPI_ENV, MPIEXEC
+from job_pool import JobPool
+from mpips.experiments.launch import MPI_ENV
 from mpips.io.log import RunLog
 
 FLAVOR = os.environ.get("MPIPS_PORTABILITY", "")
 TIMEOUT = 120
 ITERATIONS = 6
 
-FLAVORS = {
-    # mpiexec's own time limit as a second net under pytest-timeout
-    "mpich": ({"MPIEXEC_TIMEOUT": str(TIMEOUT)}, [], "MPICH"),
-    "ompi-tcp": ({**MPI_ENV, "OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"},
-                 ["--timeout", str(TIMEOUT)], "Open MPI"),
+FLAVORS = {   # the launch's environment, the library the log must name
+    "mpich": ({}, "MPICH"),
+    "ompi-tcp": ({**MPI_ENV, "OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"}, "Open MPI"),
 }
 
 # (name, ranks, workers, flags): the smallest layout that exercises each paradigm
@@ -51,16 +49,20 @@ pytestmark = pytest.mark.skipif(FLAVOR not in FLAVORS,
                                 reason="set MPIPS_PORTABILITY=mpich or ompi-tcp (make test-portability)")
 
 
+@pytest.fixture(scope="module")
+def pool():
+    pool = JobPool(max(job[1] for job in JOBS), FLAVORS[FLAVOR][0])
+    yield pool
+    pool.stop()
+
+
 @pytest.mark.parametrize("name,ranks,workers,flags", JOBS, ids=[j[0] for j in JOBS])
-def test_short_job_ends_with_a_complete_log(tmp_path, name, ranks, workers, flags):
-    env, mpiexec_flags, library = FLAVORS[FLAVOR]
+def test_short_job_ends_with_a_complete_log(pool, tmp_path, name, ranks, workers, flags):
+    library = FLAVORS[FLAVOR][1]
     run = tmp_path / "run"
-    cmd = [MPIEXEC, *mpiexec_flags, "-n", str(ranks), sys.executable, "-m", "mpips", "train",
-           "--run-dir", str(run), "--iterations", str(ITERATIONS), "--stall-timeout", "60", *flags]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       errors="replace", env={**os.environ, **env}, timeout=TIMEOUT + 30)
-    out = p.stdout.replace("\x00", "")
-    assert p.returncode == 0, f"{FLAVOR} {name}: exit {p.returncode}\n{out[-3000:]}"
+    code, out = pool.run(ranks, ["train", "--run-dir", str(run), "--iterations", str(ITERATIONS),
+                                 "--stall-timeout", "60", *flags], TIMEOUT)
+    assert code == 0, f"{FLAVOR} {name}: exit {code}\n{out[-3000:]}"
     log = RunLog(str(run))
     assert library in log.versions["mpi"], log.versions["mpi"]
     assert log.status == "finished"

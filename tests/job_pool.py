@@ -1,0 +1,227 @@
+"""A pool of MPI ranks that runs `mpips train` jobs one after another, for
+the tests that run jobs (tests/mpi/conftest.py's `train`, tests/portability).
+
+    mpiexec -n RANKS python tests/job_pool.py FOLDER PARENT_PID   # started by JobPool
+
+Why: on this 2-core machine a job of 5 ranks spent about 7 s of its 10 s
+importing torch (2.3 s of CPU a rank), before any MPI; one launch for all
+the jobs of the suite pays it once. A job here is `mpips train` as a user's
+launch runs it (`mpips.cli.main`, over a communicator of the pool's first N
+ranks, its output captured per rank), in a process that ran other jobs
+before: tests that need a job of its own (killed, preempted, expected to
+fail, another environment) launch it themselves.
+
+The protocol, through files in FOLDER (every rank reads the same files, so
+no rank waits inside an MPI call while no job runs, and idle ranks sleep
+rather than spin while one does):
+- `request-K.json`, K = 0, 1, ...: {"ranks": N, "argv": [...]}, or
+  {"stop": true}; written elsewhere and renamed into place, so whole.
+- `reply-K.json`: {"returncode": ..., "output": ...}, by rank 0 once every
+  rank of job K is done: the first non-zero exit status of its ranks, and
+  their outputs in rank order.
+A job that aborts (`comm.Abort`: an unexpected exception on a rank) ends
+the pool; the test sees it die and starts a new one. The pool ends too
+when its parent (the pytest process) is gone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+from mpips.experiments.launch import MPIEXEC
+
+POLL = 0.02   # seconds between two looks at the folder, or at the end of a job
+
+
+def capture(path: str, run):
+    """run() with this process's stdout and stderr (file descriptors 1 and 2,
+    so MPI's and torch's own messages too) going to the file `path`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "w") as fh:
+        os.dup2(fh.fileno(), 1)
+        os.dup2(fh.fileno(), 2)
+        try:
+            return run()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def run_job(comm, argv: list[str], output: str) -> int:
+    from mpips import cli
+
+    def main():
+        try:
+            return cli.main(argv, comm=comm)
+        except SystemExit as e:   # argparse's errors
+            return e.code if isinstance(e.code, int) else 2
+    return capture(output, main)
+
+
+def wait_for_all(world) -> None:
+    """A barrier that sleeps between its tests: the ranks done (and the idle
+    ones) leave the CPU to the ranks still training."""
+    done = world.Ibarrier()
+    while not done.Test():
+        time.sleep(POLL)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def serve(folder: str, parent: int) -> None:
+    from mpi4py import MPI   # (here: the pytest process that imports JobPool is no MPI rank)
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    for k in range(sys.maxsize):
+        path = os.path.join(folder, f"request-{k}.json")
+        while not os.path.exists(path):
+            if not alive(parent):
+                return
+            time.sleep(POLL)
+        with open(path) as fh:
+            request = json.load(fh)
+        if request.get("stop"):
+            return
+        n = int(request["ranks"])
+        comm = world.Split(0 if rank < n else MPI.UNDEFINED, rank)
+        code = 0
+        if comm != MPI.COMM_NULL:
+            code = run_job(comm, request["argv"], os.path.join(folder, f"output-{k}-{rank}.txt"))
+            comm.Free()
+        wait_for_all(world)
+        codes = world.gather(code, root=0)
+        if rank == 0:
+            outputs = []
+            for r in range(n):
+                with open(os.path.join(folder, f"output-{k}-{r}.txt"), errors="replace") as fh:
+                    outputs.append(fh.read())
+            reply = {"returncode": next((c for c in codes if c), 0), "output": "".join(outputs)}
+            tmp = os.path.join(folder, f".reply-{k}.json")
+            with open(tmp, "w") as fh:
+                json.dump(reply, fh)
+            os.replace(tmp, os.path.join(folder, f"reply-{k}.json"))
+
+
+class JobPool:
+    """A test session's pool: `ranks` ranks under this Python's mpiexec
+    (`env`, `mpiexec_flags`: its set-up) that run the jobs expected to
+    succeed, one after another; started at the first, again after a job
+    that ended it (an abort)."""
+
+    START = 120   # seconds the launch may take before its first job (its ranks import torch)
+
+    def __init__(self, ranks: int, env: dict, mpiexec_flags=()):
+        self.ranks, self.env, self.mpiexec_flags = ranks, env, list(mpiexec_flags)
+        self.proc = None
+
+    def start(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="mpips-job-pool-")
+        self.next = 0
+        self.output = open(os.path.join(self.folder, "pool.txt"), "w+")
+        cmd = [MPIEXEC, *self.mpiexec_flags, "-n", str(self.ranks), sys.executable, os.path.abspath(__file__),
+               self.folder, str(os.getpid())]
+        self.proc = subprocess.Popen(cmd, stdout=self.output, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **self.env})
+
+    def run(self, n: int, argv: list[str], timeout: float) -> tuple[int, str]:
+        """`mpips ARGV` on n ranks: its exit status and output."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+            timeout += self.START
+        k, self.next = self.next, self.next + 1
+        self._request(k, {"ranks": n, "argv": argv})
+        reply, deadline = os.path.join(self.folder, f"reply-{k}.json"), time.monotonic() + timeout
+        while not os.path.exists(reply):
+            ended = self.proc.poll() is not None
+            if ended or time.monotonic() > deadline:
+                if not ended:
+                    kill_job(self.proc)
+                self.output.seek(0)
+                why = "the job pool ended" if ended else f"the job ran past {timeout:.0f} s"
+                out = f"{self._outputs(k, n)}{self.output.read()}\n{why}"
+                self._end()
+                return 1, out
+            time.sleep(0.05)
+        with open(reply) as fh:
+            answer = json.load(fh)
+        return answer["returncode"], answer["output"]
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self._request(self.next, {"stop": True})
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                kill_job(self.proc)
+        self._end()
+
+    def _end(self) -> None:
+        self.proc = None
+        self.output.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _request(self, k: int, request: dict) -> None:
+        tmp = os.path.join(self.folder, f".request-{k}.json")
+        with open(tmp, "w") as fh:
+            json.dump(request, fh)
+        os.replace(tmp, os.path.join(self.folder, f"request-{k}.json"))
+
+    def _outputs(self, k: int, n: int) -> str:
+        out = ""
+        for r in range(n):
+            path = os.path.join(self.folder, f"output-{k}-{r}.txt")
+            if os.path.exists(path):
+                with open(path, errors="replace") as fh:
+                    out += fh.read()
+        return out
+
+
+def kill_job(p: subprocess.Popen) -> None:
+    """SIGKILL every rank of the job mpiexec `p` started (a node lost), then
+    let mpiexec end. Killing mpiexec alone, or its process group, leaves the
+    ranks running (each is in a process group of its own: they would go on
+    training under the next tests), and a mpiexec killed leaves its session
+    directory (/tmp/ompi.PID) behind: PIDs wrap at 32768 here, and a later
+    mpiexec given the same PID fails to start ("The PMIx server's listener
+    thread failed to start"). Told that its ranks died, mpiexec removes it."""
+    try:
+        ranks = psutil.Process(p.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        ranks = []
+    for proc in ranks:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(ranks, timeout=30)
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]))
