@@ -135,16 +135,18 @@ def test_eight_ranks_oversubscribed_finish(tmp_path):
 
 
 def test_a_nan_gradient_is_rejected_and_the_others_are_applied_bit_for_bit(tmp_path):
-    # BSP, so that the run is exact: its parameters are the one-process replay
-    # of the pushes not rejected, the NaN never applied. (Under SSP the final
-    # accuracy moved with the machine's load, 0.886-0.986 in 25 runs here;
-    # tests/sim has SSP's rejections, where the interleaving is exact.)
+    # BSP, so that the run is exact: every round steps, and the parameters are
+    # the one-process replay of the pushes not rejected, the NaN never applied.
+    # No accuracy threshold: which batch a rejected push had claimed from the
+    # global stream changes from run to run, and the final accuracy at lr 0.1
+    # with it (0.894 in one run, above 0.90 in others; under SSP 0.886-0.986
+    # in 25 runs here). SSP's rejections: tests/sim, where the run is exact.
     log = train(5, tmp_path / "run", "--paradigm", "bsp", "--epochs", "10", "--lr", "0.1", "--momentum", "0.9",
                 "--seed", "3", "--nan-at", "2:5,1:40").log
     s = log.summary()
-    assert s["rejected_pushes"] == 2
+    assert s["status"] == "finished" and s["rejected_pushes"] == 2
     rejected = log.events("rejected_push")
     assert {(e["worker"], e["iteration"]) for e in rejected} == {(2, 5), (1, 40)}
-    assert sum(len(pushes) for pushes in rounds_of(log)) == s["pushes"] - 2
-    np.testing.assert_array_equal(log.final_params(), replayed_run(bsp_config(), rounds_of(log)))
-    assert s["final_accuracy"] >= 0.90
+    rounds = rounds_of(log)
+    assert sum(len(pushes) for pushes in rounds) == s["pushes"] - 2 and s["updates"] == len(rounds)
+    np.testing.assert_array_equal(log.final_params(), replayed_run(bsp_config(), rounds))

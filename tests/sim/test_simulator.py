@@ -470,19 +470,22 @@ def test_ssp_reaches_90_percent_despite_the_straggler(tmp_path):
     assert log.summary()["final_accuracy"] >= 0.90
 
 
-def test_ssp_rejects_nan_gradients_and_trains_on(tmp_path):
-    """The set-up above with two NaN gradients (tests/mpi/test_foundation.py's;
-    under MPI the final accuracy of SSP at lr 0.1 moved with the machine's
-    load): both rejected where injected, nothing non-finite applied, and the
-    run trains on as far as without them."""
+def test_ssp_rejects_nan_gradients_and_applies_every_other_push(tmp_path):
+    """The set-up above with two NaN gradients: both rejected where injected
+    (a step of nothing but a rejected push is skipped), every other push
+    applied, the bound kept. No accuracy threshold: at lr 0.1 the final
+    accuracy is chaotic in the run's details (the NaN of worker 3 instead of
+    worker 2 takes it from 0.969 to 0.872); reaching 90% is the test above."""
     log = simulate(tmp_path / "run", "--paradigm", "ssp", "--staleness", "3", "--workers", "4",
                    "--slowdown", "1,1,1,4", "--device-time", "5ms", "--epochs", "10", "--lr", "0.1",
                    "--nan-at", "2:5,1:40")
     s = log.summary()
-    assert s["rejected_pushes"] == 2
+    assert s["status"] == "finished" and s["rejected_pushes"] == 2
     assert {(e["worker"], e["iteration"]) for e in log.events("rejected_push")} == {(2, 5), (1, 40)}
+    assert len(log.events("skipped_step")) == 2
+    assert log.applies["pushes"].sum() == s["pushes"] - 2
+    assert log.iterations["clock_gap"].max() <= 3
     assert np.isfinite(log.final_params()).all()
-    assert s["final_accuracy"] >= 0.90
 
 
 def test_ssp_bound_holds_at_every_gate_for_64_workers(tmp_path):
