@@ -44,6 +44,3 @@ def test_controller_calls_are_logged(log):
         assert c["gap"] > LOW
         assert {"interval_fast", "interval_slow", "call_time", "time"} <= set(c)
 
-
-def test_reaches_ninety_percent(log):
-    assert log.summary()["final_accuracy"] >= 0.90

