@@ -25,6 +25,7 @@ when its parent (the pytest process) is gone.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -133,6 +134,7 @@ class JobPool:
     def __init__(self, ranks: int, env: dict, mpiexec_flags=()):
         self.ranks, self.env, self.mpiexec_flags = ranks, env, list(mpiexec_flags)
         self.proc = None
+        atexit.register(self.stop)   # (a second import of the conftest makes a second pool)
 
     def start(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="mpips-job-pool-")
@@ -145,7 +147,9 @@ class JobPool:
 
     def run(self, n: int, argv: list[str], timeout: float) -> tuple[int, str]:
         """`mpips ARGV` on n ranks: its exit status and output."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is not None and self.proc.poll() is not None:
+            self._end()   # it ended between two jobs
+        if self.proc is None:
             self.start()
             timeout += self.START
         k, self.next = self.next, self.next + 1

@@ -3,7 +3,7 @@ stale pushes of a straggler are damped, fresh ones are not, and it trains."""
 import numpy as np
 import pytest
 
-from tests.mpi.conftest import train
+from conftest import train
 
 # per-worker budget: the straggler pushes as often as the others (clock-based checks)
 COMMON = ("--paradigm", "vsgd", "--epochs", "10", "--eval-every", "5", "--budget", "per-worker")
