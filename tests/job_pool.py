@@ -80,6 +80,29 @@ def wait_for_all(world) -> None:
         time.sleep(POLL)
 
 
+def write_whole(folder: str, name: str, message: dict) -> None:
+    """`message` as the JSON file `name`, written elsewhere and renamed into
+    place: whoever polls for it reads it whole."""
+    tmp = os.path.join(folder, f".{name}")
+    with open(tmp, "w") as fh:
+        json.dump(message, fh)
+    os.replace(tmp, os.path.join(folder, name))
+
+
+def output_path(folder: str, k: int, rank: int) -> str:
+    return os.path.join(folder, f"output-{k}-{rank}.txt")
+
+
+def outputs(folder: str, k: int, n: int) -> str:
+    """Job k's output: its ranks' in rank order (those written, if it died)."""
+    out = ""
+    for rank in range(n):
+        if os.path.exists(output_path(folder, k, rank)):
+            with open(output_path(folder, k, rank), errors="replace") as fh:
+                out += fh.read()
+    return out
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -107,20 +130,13 @@ def serve(folder: str, parent: int) -> None:
         comm = world.Split(0 if rank < n else MPI.UNDEFINED, rank)
         code = 0
         if comm != MPI.COMM_NULL:
-            code = run_job(comm, request["argv"], os.path.join(folder, f"output-{k}-{rank}.txt"))
+            code = run_job(comm, request["argv"], output_path(folder, k, rank))
             comm.Free()
         wait_for_all(world)
         codes = world.gather(code, root=0)
         if rank == 0:
-            outputs = []
-            for r in range(n):
-                with open(os.path.join(folder, f"output-{k}-{r}.txt"), errors="replace") as fh:
-                    outputs.append(fh.read())
-            reply = {"returncode": next((c for c in codes if c), 0), "output": "".join(outputs)}
-            tmp = os.path.join(folder, f".reply-{k}.json")
-            with open(tmp, "w") as fh:
-                json.dump(reply, fh)
-            os.replace(tmp, os.path.join(folder, f"reply-{k}.json"))
+            write_whole(folder, f"reply-{k}.json",
+                        {"returncode": next((c for c in codes if c), 0), "output": outputs(folder, k, n)})
 
 
 class JobPool:
@@ -153,7 +169,7 @@ class JobPool:
             self.start()
             timeout += self.START
         k, self.next = self.next, self.next + 1
-        self._request(k, {"ranks": n, "argv": argv})
+        write_whole(self.folder, f"request-{k}.json", {"ranks": n, "argv": argv})
         reply, deadline = os.path.join(self.folder, f"reply-{k}.json"), time.monotonic() + timeout
         while not os.path.exists(reply):
             ended = self.proc.poll() is not None
@@ -162,7 +178,7 @@ class JobPool:
                     kill_job(self.proc)
                 self.output.seek(0)
                 why = "the job pool ended" if ended else f"the job ran past {timeout:.0f} s"
-                out = f"{self._outputs(k, n)}{self.output.read()}\n{why}"
+                out = f"{outputs(self.folder, k, n)}{self.output.read()}\n{why}"
                 self._end()
                 return 1, out
             time.sleep(0.05)
@@ -174,7 +190,7 @@ class JobPool:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self._request(self.next, {"stop": True})
+            write_whole(self.folder, f"request-{self.next}.json", {"stop": True})
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -185,21 +201,6 @@ class JobPool:
         self.proc = None
         self.output.close()
         shutil.rmtree(self.folder, ignore_errors=True)
-
-    def _request(self, k: int, request: dict) -> None:
-        tmp = os.path.join(self.folder, f".request-{k}.json")
-        with open(tmp, "w") as fh:
-            json.dump(request, fh)
-        os.replace(tmp, os.path.join(self.folder, f"request-{k}.json"))
-
-    def _outputs(self, k: int, n: int) -> str:
-        out = ""
-        for r in range(n):
-            path = os.path.join(self.folder, f"output-{k}-{r}.txt")
-            if os.path.exists(path):
-                with open(path, errors="replace") as fh:
-                    out += fh.read()
-        return out
 
 
 def kill_job(p: subprocess.Popen) -> None:
