@@ -35,3 +35,11 @@ def options(workers: int, seed: int = 0) -> dict:
     """The Config overrides of this mix for `workers` workers."""
     return {"slowdown": ",".join(f"{f:g}" for f in slowdowns(workers, seed)),
             "random_stragglers": RANDOM_STRAGGLERS}
+
+
+def linear(input_shape, num_classes):
+    """`--model sim_common:linear`: one linear layer (digits: 650 parameters,
+    2.5 KiB), for the simulator's cost with next to no model
+    (benchmarks/simulator.py --model)."""
+    import torch
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(input_shape)), num_classes))

@@ -2,6 +2,8 @@
 
     python benchmarks/simulator.py                      # 256 workers x 40 iterations, every paradigm
     python benchmarks/simulator.py --profile bsp,gssp   # also cProfile those (results/simulator-profile-*.txt)
+    python benchmarks/simulator.py --models mlp,sim_common:linear --name simulator-linear
+                                    # each paradigm with the MLP and with one linear layer, in turn
 
 Needs py-spy (`pip install py-spy`). Each paradigm runs the digits MLP with
 256 workers, `--iterations 40` (a global budget of 256 x 40 x 16 samples,
@@ -62,9 +64,10 @@ GOAL_RUN_S = 120.0
 SAMPLE_RATE = 250   # stacks per second: a few thousand per run, each pause of the run brief
 
 
-def config_overrides(paradigm: str, workers: int, iterations: int, groups: int, run_dir: str) -> dict:
+def config_overrides(paradigm: str, workers: int, iterations: int, groups: int, run_dir: str,
+                     model: str = "mlp") -> dict:
     o = {"paradigm": paradigm, "workers": workers, "iterations": iterations, "evaluator": True,
-         "run_dir": run_dir, **sim_common.options(workers)}
+         "run_dir": run_dir, "model": model, **sim_common.options(workers)}
     if paradigm == "gssp":
         o["groups"] = groups
     return o
@@ -201,13 +204,14 @@ def py_spy() -> str:
     return found
 
 
-def run_one(paradigm: str, args, *, sampled: bool = False, profile: bool = False) -> dict:
+def run_one(paradigm: str, model: str, args, *, sampled: bool = False, profile: bool = False) -> dict:
     """measure() in a fresh process (`sampled`: under py-spy); returns its
     result (`sampled`: with the samples per mode)."""
     with tempfile.TemporaryDirectory(prefix="mpips-simbench-") as tmp:
         out, raw = os.path.join(tmp, "out.json"), os.path.join(tmp, "samples.txt")
         cmd = [sys.executable, os.path.abspath(__file__), "--inner", out, "--paradigms", paradigm,
-               "--workers", str(args.workers), "--iterations", str(args.iterations), "--groups", str(args.groups)]
+               "--workers", str(args.workers), "--iterations", str(args.iterations), "--groups", str(args.groups),
+               "--models", model]
         cmd += ["--profile", paradigm] if profile else []
         if sampled:
             cmd = [py_spy(), "record", "--rate", str(SAMPLE_RATE), "--idle", "--format", "raw", "--output", raw,
@@ -244,18 +248,22 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=256)
     p.add_argument("--iterations", type=int, default=40, help="--iterations of each job (per worker, on average)")
     p.add_argument("--groups", type=int, default=16, help="GSSP's --groups")
+    p.add_argument("--models", default="mlp", help="--model of the jobs, each paradigm with each in turn; "
+                   "sim_common:linear, one linear layer: the simulator's cost with next to no model")
     p.add_argument("--profile", default="", help="paradigms to run once more under cProfile")
     p.add_argument("--name", default="simulator", help="results/<name>.json and .md")
     p.add_argument("--inner", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
     paradigms = [x for x in args.paradigms.split(",") if x]
+    models = [x for x in args.models.split(",") if x]
     profiled = [x for x in args.profile.split(",") if x]
 
     if args.inner:   # one paradigm, in this process
         paradigm = paradigms[0]
         with tempfile.TemporaryDirectory(prefix="mpips-simbench-run-") as run_dir:
             path = (os.path.join(RESULTS, f"{args.name}-profile-{paradigm}.txt") if paradigm in profiled else None)
-            result = measure(config_overrides(paradigm, args.workers, args.iterations, args.groups, run_dir), path)
+            result = measure(config_overrides(paradigm, args.workers, args.iterations, args.groups, run_dir,
+                                              models[0]), path)
         with open(args.inner, "w") as fh:
             json.dump(result, fh)
         return 0
@@ -264,18 +272,19 @@ def main() -> int:
     os.makedirs(RESULTS, exist_ok=True)
     results, profiles, began = [], [], time.perf_counter()
     for paradigm in paradigms:
-        plain, sampled = run_one(paradigm, args), run_one(paradigm, args, sampled=True)
-        modes = split(plain, sampled["samples"])
-        results.append({"plain": plain, "sampled": sampled, "us_per_iteration": modes})
-        print(f"{paradigm}: {plain['total_wall_s']:.1f} s, {plain['beyond_us_per_iteration']:.0f} us/iteration "
-              f"beyond forward/backward; sampled: the simulator {modes['simulator']:.0f}, transfers "
-              f"{modes['transfers']:.0f}, the roles' bookkeeping {modes['roles']:.0f}", flush=True)
+        for model in models:   # interleaved: the VM's speed drifts over minutes
+            plain, sampled = run_one(paradigm, model, args), run_one(paradigm, model, args, sampled=True)
+            modes = split(plain, sampled["samples"])
+            results.append({"model": model, "plain": plain, "sampled": sampled, "us_per_iteration": modes})
+            print(f"{paradigm} ({model}): {plain['total_wall_s']:.1f} s, {plain['beyond_us_per_iteration']:.0f} "
+                  f"us/iteration beyond forward/backward; sampled: the simulator {modes['simulator']:.0f}, "
+                  f"transfers {modes['transfers']:.0f}, the roles' bookkeeping {modes['roles']:.0f}", flush=True)
     for paradigm in profiled:
-        r = run_one(paradigm, args, profile=True)
+        r = run_one(paradigm, models[0], args, profile=True)
         profiles.append(r)
         print(f"{paradigm} profiled: {r['total_wall_s']:.1f} s (under cProfile)", flush=True)
 
-    headers = ["paradigm", "worker iterations", "total (s)", "set-up (s)", "run (s)", "fwd/bwd (us/it)",
+    headers = ["paradigm", "model", "worker iterations", "total (s)", "set-up (s)", "run (s)", "fwd/bwd (us/it)",
                "beyond fwd/bwd (us/it)", "simulator", "transfers", "roles' bookkeeping", *PARTS[2:],
                "samples", "fwd/bwd share: sampled / timed", "switches/it", "virtual (s)", "final acc", "goals"]
     rows = []
@@ -284,7 +293,7 @@ def main() -> int:
         sim = modes["simulator"]
         ok = sim < GOAL_US and plain["total_wall_s"] < GOAL_RUN_S
         name = plain["paradigm"] + (f" (G={plain['groups']})" if plain["groups"] else "")
-        rows.append([name, plain["worker_iterations"], plain["total_wall_s"], plain["setup_wall_s"],
+        rows.append([name, r["model"], plain["worker_iterations"], plain["total_wall_s"], plain["setup_wall_s"],
                      plain["run_wall_s"], 1e6 * plain["compute_wall_s"] / plain["worker_iterations"],
                      plain["beyond_us_per_iteration"], sim, modes["transfers"], modes["roles"],
                      *(modes[part] for part in PARTS[2:]), sum(r["sampled"]["samples"].values()),
@@ -292,9 +301,11 @@ def main() -> int:
                      plain["switches_per_iteration"], plain["virtual_seconds"], plain["final_accuracy"],
                      "met" if ok else ("run > 2 min; " if plain["total_wall_s"] >= GOAL_RUN_S else "")
                      + (f"> {GOAL_US:g} us/it" if sim >= GOAL_US else "")])
-    md = (f"{args.workers} workers x `--iterations {args.iterations}`, digits MLP, batch 16, `--evaluator`, "
+    md = (f"{args.workers} workers x `--iterations {args.iterations}`, digits, `--model` "
+          f"{' and '.join(models)} (mlp: the digits MLP; sim_common:linear: one linear layer), batch 16, "
+          "`--evaluator`, "
           f"device time 20 ms (the simulator's default), cluster: {sim_common.DESCRIPTION}; GSSP "
-          f"`--groups {args.groups}`. Each paradigm twice, each time in a fresh process; total "
+          f"`--groups {args.groups}`. Each paradigm and model twice, each time in a fresh process; total "
           f"{time.perf_counter() - began:.0f} s.\n\n"
           "Per worker iteration, wall time. The first run is timed as a whole: beyond fwd/bwd = (the "
           "scheduler's run - forward/backward) / worker iterations. The second run is sampled by py-spy "

@@ -149,20 +149,26 @@ class LocalParameterStore(SlotRows):
 
 class SharedTable:
     """The array behind the handles of one control table. A read hands out
-    the array itself, read-only, not a copy: a write copies it first if it
-    was handed out since the last write, so a snapshot never changes under
-    its reader, and the many reads between two writes (gate checks, server
-    polls) copy nothing."""
+    a read-only view of the array, not a copy: a write copies the array
+    first if it was handed out since the last write, so a snapshot never
+    changes under its reader, and the many reads between two writes (gate
+    checks, server polls) copy nothing."""
 
     def __init__(self, size: int):
         self.size = size
         self.cells = np.zeros(size)
-        self.lent = False
+        self.lent: np.ndarray | None = None   # the view handed out since the last write
+
+    def snapshot(self) -> np.ndarray:
+        if self.lent is None:
+            self.lent = self.cells.view()
+            self.lent.flags.writeable = False
+        return self.lent
 
     def writable(self) -> np.ndarray:
-        if self.lent:
+        if self.lent is not None:
             self.cells = self.cells.copy()
-            self.lent = False
+            self.lent = None
         return self.cells
 
     def fetch_add(self, offset: int, value: float) -> float:
@@ -170,9 +176,7 @@ class SharedTable:
         fetch-and-add counter is read by no view (`LocalControlTable.add`)."""
         cells = self.cells
         before = float(cells[offset])
-        cells.flags.writeable = True
         cells[offset] = before + value
-        cells.flags.writeable = not self.lent
         return before
 
 
@@ -192,13 +196,9 @@ class LocalControlTable(TableLayout):
         return SharedTable(TableLayout(workers, servers).size)
 
     def read(self) -> np.ndarray:
-        table = self._table
         self._scheduler.read(self._source)
-        cells = self._snap = table.cells
-        if not table.lent:
-            cells.flags.writeable = False
-            table.lent = True
-        return cells
+        self._snap = snap = self._table.snapshot()
+        return snap
 
     def read_cells(self, offsets: list[int]) -> np.ndarray:
         # a wait on these cells is checked again only when one of them changes
@@ -207,6 +207,17 @@ class LocalControlTable(TableLayout):
 
     def write(self, offset: int, values) -> None:
         table = self._table
+        if isinstance(values, list):
+            # a worker's row or one cell: compared in Python, a few numpy calls
+            # fewer (a worker publishes at every tick); NaN over NaN, or 0.0
+            # over -0.0, changes nothing any check can see
+            end = offset + len(values)
+            changed = [offset + k for k, (a, b) in enumerate(zip(table.cells[offset:end].tolist(), values))
+                       if a != b and (a == a or b == b)]
+            if changed:
+                table.writable()[offset:end] = values
+                self._scheduler.changed(self._source, changed)
+            return
         vals = np.asarray(values, dtype=np.float64).ravel()
         end = offset + vals.size
         # bit for bit: a cell rewritten with its value changes nothing (a

@@ -218,6 +218,40 @@ def test_a_claim_wakes_only_waits_on_its_own_cell():
     assert checks == {"table": [0.0, 3.0], "counter": [0.0, 1.0, 2.0]}
 
 
+def test_a_write_wakes_only_where_a_value_changed_and_never_changes_a_snapshot():
+    """A write of a cell's own value (a list: a worker's row; an array: a
+    server's) wakes no wait, NaN over NaN included; a new value does. A
+    snapshot read before a write keeps the values it had."""
+    from mpips.runtime.local_transport import LocalControlTable
+    from mpips.runtime.state import W
+
+    scheduler = Scheduler()
+    control = LocalControlTable(LocalControlTable.shared(2, 1), scheduler, 2, 1)
+    clock_cell, time_cell = control.worker_offset(1, W.CLOCK), control.worker_offset(1, W.PUSH_T0)
+    checks, snapshots = [], []
+
+    def waiting():
+        def ready():
+            checks.append(scheduler.now)
+            snapshots.append(control.read())
+            return snapshots[-1][clock_cell] >= 2
+        scheduler.wait_until(ready, what="gate", describe=str, warn=1, timeout=10)
+
+    def writing():
+        for cell, values in ((time_cell, [math.nan]), (time_cell, [math.nan]), (time_cell, np.array([math.nan])),
+                             (clock_cell, [0.0]), (clock_cell, np.zeros(1)), (clock_cell, [1.0]),
+                             (clock_cell, [1.0]), (clock_cell, np.ones(1)), (clock_cell, np.array([2.0]))):
+            scheduler.sleep(1.0)
+            control.write(cell, values)
+
+    scheduler.spawn("gate", waiting)
+    scheduler.spawn("writer", writing)
+    scheduler.run()
+    assert checks == [0.0, 1.0, 6.0, 9.0]
+    assert [s[clock_cell] for s in snapshots] == [0.0, 0.0, 1.0, 2.0]
+    assert snapshots[0][time_cell] == 0.0 and math.isnan(snapshots[1][time_cell])
+
+
 def test_a_gate_without_read_your_writes_waits_for_the_slot(tmp_path):
     """A worker whose gate does not wait for its own pushes to be applied
     (a registered paradigm: BSP's rounds at the servers, no gate) pushes
