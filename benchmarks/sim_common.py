@@ -40,6 +40,6 @@ def options(workers: int, seed: int = 0) -> dict:
 def linear(input_shape, num_classes):
     """`--model sim_common:linear`: one linear layer (digits: 650 parameters,
     2.5 KiB), for the simulator's cost with next to no model
-    (benchmarks/simulator.py --model)."""
+    (benchmarks/simulator.py --models)."""
     import torch
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(input_shape)), num_classes))

@@ -2,8 +2,8 @@
 
     python benchmarks/simulator.py                      # 256 workers x 40 iterations, every paradigm
     python benchmarks/simulator.py --profile bsp,gssp   # also cProfile those (results/simulator-profile-*.txt)
-    python benchmarks/simulator.py --models mlp,sim_common:linear --name simulator-linear
-                                    # each paradigm with the MLP and with one linear layer, in turn
+    python benchmarks/simulator.py --models mlp,sim_common:linear
+                                    # each paradigm with the MLP, then with one linear layer
 
 Needs py-spy (`pip install py-spy`). Each paradigm runs the digits MLP with
 256 workers, `--iterations 40` (a global budget of 256 x 40 x 16 samples,
