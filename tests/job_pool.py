@@ -103,14 +103,6 @@ def outputs(folder: str, k: int, n: int) -> str:
     return out
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def serve(folder: str, parent: int) -> None:
     from mpi4py import MPI   # (here: the pytest process that imports JobPool is no MPI rank)
 
@@ -119,7 +111,7 @@ def serve(folder: str, parent: int) -> None:
     for k in range(sys.maxsize):
         path = os.path.join(folder, f"request-{k}.json")
         while not os.path.exists(path):
-            if not alive(parent):
+            if not psutil.pid_exists(parent):
                 return
             time.sleep(POLL)
         with open(path) as fh:
@@ -141,14 +133,14 @@ def serve(folder: str, parent: int) -> None:
 
 class JobPool:
     """A test session's pool: `ranks` ranks under this Python's mpiexec
-    (`env`, `mpiexec_flags`: its set-up) that run the jobs expected to
+    (`env`: its set-up) that run the jobs expected to
     succeed, one after another; started at the first, again after a job
     that ended it (an abort)."""
 
     START = 120   # seconds the launch may take before its first job (its ranks import torch)
 
-    def __init__(self, ranks: int, env: dict, mpiexec_flags=()):
-        self.ranks, self.env, self.mpiexec_flags = ranks, env, list(mpiexec_flags)
+    def __init__(self, ranks: int, env: dict):
+        self.ranks, self.env = ranks, env
         self.proc = None
         atexit.register(self.stop)   # (a second import of the conftest makes a second pool)
 
@@ -156,7 +148,7 @@ class JobPool:
         self.folder = tempfile.mkdtemp(prefix="mpips-job-pool-")
         self.next = 0
         self.output = open(os.path.join(self.folder, "pool.txt"), "w+")
-        cmd = [MPIEXEC, *self.mpiexec_flags, "-n", str(self.ranks), sys.executable, os.path.abspath(__file__),
+        cmd = [MPIEXEC, "-n", str(self.ranks), sys.executable, os.path.abspath(__file__),
                self.folder, str(os.getpid())]
         self.proc = subprocess.Popen(cmd, stdout=self.output, stderr=subprocess.STDOUT,
                                      env={**os.environ, **self.env})
@@ -181,7 +173,7 @@ class JobPool:
                 out = f"{outputs(self.folder, k, n)}{self.output.read()}\n{why}"
                 self._end()
                 return 1, out
-            time.sleep(0.05)
+            time.sleep(POLL)
         with open(reply) as fh:
             answer = json.load(fh)
         return answer["returncode"], answer["output"]
