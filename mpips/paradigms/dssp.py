@@ -24,6 +24,7 @@ Choices where PARADIGMS.md leaves room, each tested in tests/unit/test_dssp.py:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -89,7 +90,7 @@ class DSSP(Paradigm):
         if not event:
             return gate
         # a fresh dict each time: the worker pops "kind" from the one it logs
-        return Gate(gate.ok, gate.waiting_for, dict(event))
+        return dataclasses.replace(gate, event=dict(event))
 
     def _decide(self, worker: int, view: ClusterView) -> tuple[int, dict | None]:
         """The staleness bound this worker gates on at its current clock

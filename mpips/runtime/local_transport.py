@@ -211,12 +211,13 @@ class LocalControlTable(TableLayout):
             # a worker's row or one cell: compared in Python, a few numpy calls
             # fewer (a worker publishes at every tick); NaN over NaN, or 0.0
             # over -0.0, changes nothing any check can see
-            end = offset + len(values)
-            changed = [offset + k for k, (a, b) in enumerate(zip(table.cells[offset:end].tolist(), values))
-                       if a != b and (a == a or b == b)]
+            old = table.cells[offset:offset + len(values)].tolist()
+            changed = [k for k, (a, b) in enumerate(zip(old, values)) if a != b and (a == a or b == b)]
             if changed:
-                table.writable()[offset:end] = values
-                self._scheduler.changed(self._source, changed)
+                cells = table.writable()
+                for k in changed:   # cell by cell: a list's conversion to an array costs more
+                    cells[offset + k] = values[k]
+                self._scheduler.changed(self._source, [offset + k for k in changed])
             return
         vals = np.asarray(values, dtype=np.float64).ravel()
         end = offset + vals.size
@@ -237,16 +238,16 @@ class LocalControlTable(TableLayout):
         self._scheduler.changed(self._source, (offset,), whole=False)
         return before
 
-    def waits_for(self, view: TableView, workers) -> None:
+    def waits_for(self, view: TableView, workers, behind: int = -1) -> None:
         """The running check read `view` of this table and cannot pass before
         each of `workers` has more pushes applied or is done: it waits for
         the one furthest behind (the fewest pushes applied, then the lowest
         clock, then the first in `workers`, which gates list in ascending
-        order), and is checked again only once that one progresses (see
-        watch_gates)."""
-        if len(workers) > 1:
-            # one key per worker, its argmin: a BSP gate at 256 workers waits
-            # for 255, and each numpy call here costs microseconds
+        order; `behind` when the gate gave it), and is checked again only
+        once that one progresses (see watch_gates)."""
+        if behind >= 0:
+            workers = (behind,)
+        elif len(workers) > 1:
             w = np.fromiter(workers, np.intp, len(workers))
             key = view.applied[w] << 32   # (pushes applied and clocks: counts far below 2**31)
             key += view.clocks[w]
@@ -269,7 +270,7 @@ def watch_gates(paradigm) -> None:
     def watched(worker: int, view):
         answer = gate(worker, view)
         if not answer.ok and answer.waiting_for:
-            view.table.waits_for(view, answer.waiting_for)
+            view.table.waits_for(view, answer.waiting_for, answer.behind)
         return answer
 
     paradigm.gate = watched

@@ -2,7 +2,9 @@
 
 Every role of a job is a task (a greenlet) running the same blocking code
 as under MPI; one task runs at a time, and it runs until it sleeps, waits or
-ends. Sleeps advance virtual time (a heap of wake-up times, ties in the order
+ends, then resumes the next task itself (one greenlet switch per
+resumption, not two through a central loop; none when its own wake-up is
+the next event). Sleeps advance virtual time (a heap of wake-up times, ties in the order
 the sleeps were asked for); a wait whose condition is false parks the task
 until the shared state changes (the in-process transport calls `changed()` on
 every write) and every task due at the current instant has run, then checks
@@ -33,6 +35,7 @@ that once the tasks' own work between events has evicted it from the caches
 """
 from __future__ import annotations
 
+import functools
 from collections import deque
 from heapq import heappop, heappush
 from typing import Callable
@@ -89,6 +92,7 @@ class Scheduler:
         self._woken: dict[Task, int] = {}      # woken tasks -> their wait's number
         self._seq = 0         # orders sleeps of the same instant, waits, parks
         self.current: Task | None = None
+        self._failed: TaskFailed | None = None   # a check that raised while a task chose the next
         self.switches = 0     # task resumptions: the simulator's own work (benchmarks/simulator.py)
         self.clock = VirtualClock(self)
 
@@ -140,45 +144,89 @@ class Scheduler:
 
     def run(self) -> None:
         """Run every task to its end. Raises TaskFailed if one raises (the
-        others are dropped), StallError if the tasks left can only wait."""
+        others are dropped), StallError if the tasks left can only wait.
+
+        A task that sleeps or waits resumes the next task itself (`_yield`):
+        one greenlet switch per resumption, not two through this loop. The
+        loop resumes the first task, and the next whenever one ends, raises
+        or finds none that can run."""
+        grad_mode = is_grad_enabled()
+        try:
+            while True:
+                if self._failed is not None:
+                    raise self._failed
+                task = self._next()
+                if task is None:
+                    self.current = None
+                    break
+                self._resume(task, is_grad_enabled())
+                try:
+                    task.greenlet.switch()
+                except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
+                    task = self.current
+                    raise TaskFailed(f"{task.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
+                self.current = None
+        finally:
+            set_grad_enabled(grad_mode)
+        if self._parked:
+            raise StallError("deadlock in virtual time: " + "; ".join(
+                f"{t.waiting_for[0]}: waiting for {t.waiting_for[1]()}" for t in sorted(
+                    self._parked, key=self._parked.get)))
+
+    def _next(self) -> Task | None:
+        """The next task to resume, its wait's check passed, advancing
+        virtual time to it; None when no task can run."""
         runnable, woken, timers, parked = self._runnable, self._woken, self._timers, self._parked
         while True:
             while runnable:
                 task = runnable.popleft()
-                self.current = task
-                if task.check is not None and not self._check(task):
-                    continue   # parked again, not resumed
-                self.switches += 1
-                if not task.grad_enabled:   # (set only when off: a microsecond a call)
-                    set_grad_enabled(False)
-                try:
-                    task.greenlet.switch()
-                except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
-                    raise TaskFailed(f"{task.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
-                finally:
-                    self.current = None
-                    if not is_grad_enabled():
-                        task.grad_enabled = False
-                        set_grad_enabled(True)
-                    elif not task.grad_enabled:
-                        task.grad_enabled = True
+                if task.check is None or self._check(task):
+                    return task
             if woken:
                 for task in sorted(woken, key=woken.get) if len(woken) > 1 else woken:
                     task.parked = 0
                     del parked[task]
                     runnable.append(task)
                 woken.clear()
-                continue
-            if timers:
+            elif timers:
                 self.now = now = timers[0][0]
                 while timers and timers[0][0] == now:
                     runnable.append(heappop(timers)[2])
-                continue
-            if self._parked:
-                raise StallError("deadlock in virtual time: " + "; ".join(
-                    f"{t.waiting_for[0]}: waiting for {t.waiting_for[1]()}" for t in sorted(
-                        self._parked, key=self._parked.get)))
+            else:
+                return None
+
+    def _resume(self, task: Task, grad_mode: bool) -> None:
+        """Make `task` the running one, in its own grad mode (now
+        `grad_mode`): torch's grad mode is per thread, and every task runs in
+        this one; a task that sleeps inside `torch.no_grad()`, an evaluation's
+        pull, must not leave it off for the next."""
+        self.current = task
+        self.switches += 1
+        if task.grad_enabled is not grad_mode:
+            set_grad_enabled(task.grad_enabled)
+
+    def _yield(self) -> None:
+        """The running task sleeps or waits: resume the next task directly
+        (itself, when its own sleep is the next event: no switch), or, when
+        none can run or a check failed, hand over to `run`."""
+        me = self.current
+        me.grad_enabled = is_grad_enabled()
+        try:
+            task = self._next()
+        except TaskFailed as e:   # another task's check: reported by `run`, not raised in this task's code
+            self._failed, task = e, None
+        if task is None or not task.greenlet:
+            # a task not yet started starts from `run`: a greenlet begins at
+            # the recursion depth of whoever starts it, and one task starting
+            # the next would reach Python's limit in a few hundred
+            if task is not None:
+                self._runnable.appendleft(task)
+            self.current = None
+            self._main.switch()
             return
+        self._resume(task, me.grad_enabled)
+        if task is not me:
+            task.greenlet.switch()
 
     # called from inside a task ------------------------------------------------------
     def sleep(self, seconds: float) -> None:
@@ -186,7 +234,7 @@ class Scheduler:
             return
         self._seq += 1
         heappush(self._timers, (self.now + seconds, self._seq, self.current))
-        self._main.switch()
+        self._yield()
 
     def wait_until(self, ready, *, what: str, describe, warn: float, timeout: float, due=None) -> float:
         """wait.wait_until in virtual time: check `ready()` whenever the shared
@@ -204,13 +252,14 @@ class Scheduler:
         self._seq += 1
         task.number = self._seq
         self._park(task)
-        self._main.switch()
+        self._yield()
         return self.now - task.since
 
     def _check(self, task: Task) -> bool:
         """A woken task's readiness check, run without switching to the task:
         True (the wait is over) or False (parked again). A check that raises,
         or a wait past its timeout, fails the task as if it raised itself."""
+        self.current = task   # (what the check reads, it reads for this task)
         task.reads.clear()
         task.depends.clear()
         try:
@@ -224,7 +273,6 @@ class Scheduler:
         except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
             raise TaskFailed(f"{task.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
         self._park(task)
-        self.current = None
         return False
 
     def _park(self, task: Task) -> None:
@@ -262,8 +310,6 @@ class VirtualClock:
         self.scheduler = scheduler
         self.sleep = scheduler.sleep
         self.wait_until = scheduler.wait_until
-
-    def time(self) -> float:
-        return self.scheduler.now
-
-    perf_counter = time
+        # scheduler.now, read without a Python call: a worker reads the clock
+        # about 17 times an iteration
+        self.time = self.perf_counter = functools.partial(getattr, scheduler, "now")

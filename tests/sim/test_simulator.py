@@ -562,3 +562,27 @@ def test_ssp_bound_holds_at_every_gate_for_64_workers(tmp_path):
     assert it["clock_gap"].max() == 3          # the bound is reached: it binds
     assert_each_sample_once(log)
     assert math.isclose(it["batch"].sum(), log.layout["total_samples"])
+
+
+def test_hundreds_of_tasks_resume_each_other_in_time_order():
+    """A task that sleeps resumes the next one itself; 600 tasks, each a few
+    calls deep, start and interleave in virtual-time order (a task started
+    from inside another would begin at that one's recursion depth, and the
+    chain of starts would reach Python's limit)."""
+    scheduler, order = Scheduler(), []
+
+    def nested(depth, body):
+        return nested(depth - 1, body) if depth else body()
+
+    def task(k):
+        def body():
+            for step in range(2):
+                scheduler.sleep(1.0 + k / 1000)
+                order.append((step, k))
+        return lambda: nested(5, body)
+
+    for k in range(600):
+        scheduler.spawn(f"task {k}", task(k))
+    scheduler.run()
+    assert order == sorted(order)
+    assert scheduler.switches == 600 * 3

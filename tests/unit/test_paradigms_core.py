@@ -79,3 +79,28 @@ def test_asynchronous_steps_are_compensated_for_asynchrony():
         assert make_paradigm(Config(paradigm=name, optimizer="adam"), 8).server_step(0.05, 0.9, view) == (0.05, 0.9)
     for name in ("bsp", "lbbsp"):   # whole rounds: as set
         assert make_paradigm(Config(paradigm=name), 8).server_step(0.05, 0.9, view) == (0.05, 0.9)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_gate_over_many_workers_names_the_laggards_and_the_one_furthest_behind(grouped, monkeypatch):
+    """From VECTOR_FROM workers on, bounded_gate runs in numpy: it names the
+    same workers as the loop over lists, and `behind`, the one of them with
+    the fewest pushes applied, then the lowest clock, then the lowest index
+    (the one `mpips simulate` waits for)."""
+    from mpips.paradigms import gates
+
+    rng = np.random.default_rng(0)
+    n = gates.VECTOR_FROM + 8
+    for _ in range(500):
+        clocks = rng.integers(0, 6, n)
+        applied = clocks - rng.integers(0, 3, n).clip(max=clocks)
+        v = view(clocks, applied=applied, done=list(rng.random(n) < 0.1))
+        w, s = int(rng.integers(n)), int(rng.integers(0, 3))
+        members = rng.random(n) < 0.5 if grouped else None
+        fast = gates.bounded_gate(w, v, s, members=members)
+        monkeypatch.setattr(gates, "VECTOR_FROM", n)
+        slow = gates.bounded_gate(w, v, s, members=members)
+        monkeypatch.undo()
+        assert (fast.ok, fast.waiting_for) == (slow.ok, slow.waiting_for)
+        if not fast.ok:
+            assert fast.behind == min(fast.waiting_for, key=lambda j: (applied[j], clocks[j], j))
