@@ -196,10 +196,8 @@ class Scheduler:
                 return None
 
     def _resume(self, task: Task, grad_mode: bool) -> None:
-        """Make `task` the running one, in its own grad mode (now
-        `grad_mode`): torch's grad mode is per thread, and every task runs in
-        this one; a task that sleeps inside `torch.no_grad()`, an evaluation's
-        pull, must not leave it off for the next."""
+        """Make `task` the running one, in its own grad mode (`Task.grad_enabled`;
+        the mode now is `grad_mode`)."""
         self.current = task
         self.switches += 1
         if task.grad_enabled is not grad_mode:
