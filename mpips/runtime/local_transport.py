@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..paradigms.gates import furthest_behind
 from .scheduler import Scheduler
 from .state import SlotRows, TableLayout, TableView, shard_bounds, sum_slots
 
@@ -241,17 +242,14 @@ class LocalControlTable(TableLayout):
     def waits_for(self, view: TableView, workers, behind: int = -1) -> None:
         """The running check read `view` of this table and cannot pass before
         each of `workers` has more pushes applied or is done: it waits for
-        the one furthest behind (the fewest pushes applied, then the lowest
-        clock, then the first in `workers`, which gates list in ascending
-        order; `behind` when the gate gave it), and is checked again only
-        once that one progresses (see watch_gates)."""
+        the one furthest behind (`behind`, when the gate gave it), and is
+        checked again only once that one progresses (see watch_gates)."""
         if behind >= 0:
             workers = (behind,)
         elif len(workers) > 1:
-            w = np.fromiter(workers, np.intp, len(workers))
-            key = view.applied[w] << 32   # (pushes applied and clocks: counts far below 2**31)
-            key += view.clocks[w]
-            workers = (workers[int(key.argmin())],)
+            among = np.zeros(view.num_workers, bool)
+            among[list(workers)] = True
+            workers = (furthest_behind(view.applied, view.clocks, among),)
         self._scheduler.depends_on(self._source, view.cells(workers))
 
     def free(self) -> None:
