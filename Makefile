@@ -38,35 +38,62 @@ demo: install
 	$(PY) -m mpips info runs/demo
 	$(PY) analysis/plot.py runs/demo -o runs/demo/figures
 
-test: install test-unit test-sim test-mpi test-slurm test-install test-portability
+# make test runs every stage, even after one failed, then exits non-zero naming the
+# stages that failed (a stage of two runs runs both: `a; first=$$?; b && exit $$first`).
+# FAIL_STAGE=NAME makes that stage fail first, by a test that fails
+# (tests/injected_failure.py): tests/unit/test_make.py checks the above with it.
+# PYTEST_ARGS is added to every stage's pytest (e.g. -k NAME).
+STAGES ?= test-unit test-sim test-mpi test-slurm test-install test-portability
+PYTEST_ARGS ?=
+injected = $(if $(filter $@,$(FAIL_STAGE)),$(PY) -m pytest -q -p no:cacheprovider tests/injected_failure.py)
+
+test: install
+	@failed=""; for stage in $(STAGES); do \
+		$(MAKE) --no-print-directory $$stage || failed="$$failed $$stage"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed (of: $(STAGES))"; exit 1; fi; \
+	echo "make test: every stage passed: $(STAGES)"
 
 test-unit: install
-	$(PYTEST) tests/unit
+	$(injected)
+	$(PYTEST) $(PYTEST_ARGS) tests/unit
 
-# The simulator (`mpips simulate`, one process, virtual time): deterministic.
+# The simulator (`mpips simulate`, one process, virtual time): deterministic on one build
+# and CPU kernel. Run twice: with the machine's kernels and with others that round as
+# another CPU's do (ATen's next lower ones: AVX2 on an AVX-512 machine, else the generic
+# ones; MKL's matrix products in their reproducible path, which MKL otherwise picks by
+# CPU), so that a test whose verdict rests on rounding fails here first (tests/thresholds.py).
+OTHER_KERNELS = MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=$(shell $(PY) -c "import torch; \
+	print('avx2' if torch.backends.cpu.get_cpu_capability() == 'AVX512' else 'default')")
 test-sim: install
-	$(PYTEST) tests/sim
+	$(injected)
+	$(PYTEST) $(PYTEST_ARGS) tests/sim; first=$$?; \
+	$(OTHER_KERNELS) $(PYTEST) $(PYTEST_ARGS) tests/sim && exit $$first
 
 # In-process MPI tests under 4 ranks, then the tests that run whole jobs (those expected to
 # succeed in one launch of 8 ranks, one after another: tests/job_pool.py).
 test-mpi: install
-	$(MPIEXEC) -n 4 $(PY) -m pytest -q --with-mpi --timeout=120 --timeout-method=thread tests/mpi/inproc
-	$(PYTEST) -p no:pytest_mpi --ignore=tests/mpi/inproc --durations=15 tests/mpi
+	$(injected)
+	$(MPIEXEC) -n 4 $(PY) -m pytest -q --with-mpi --timeout=120 --timeout-method=thread $(PYTEST_ARGS) tests/mpi/inproc; first=$$?; \
+	$(PYTEST) $(PYTEST_ARGS) -p no:pytest_mpi --ignore=tests/mpi/inproc --durations=15 tests/mpi && exit $$first
 
 test-slurm: install
-	$(PYTEST) tests/slurm
+	$(injected)
+	$(PYTEST) $(PYTEST_ARGS) tests/slurm
 
 # `pip install .` into a fresh venv (.venv's pinned torch linked in first), then the `mpips`
 # command as a user runs it: --help, a 5-rank train, summarize, plot (about 1.5 min).
 test-install: install
-	$(PY) -m pytest -q -p no:pytest_mpi --timeout=900 --timeout-method=thread tests/install
+	$(injected)
+	$(PY) -m pytest -q -p no:pytest_mpi --timeout=900 --timeout-method=thread $(PYTEST_ARGS) tests/install
 
 # Other MPIs and the network path: a short job per paradigm under MPICH (its own
 # venv, .venv's torch linked in first) and under Open MPI with one-sided operations over TCP
 # (osc/rdma, btl tcp,self: the inter-node path). tests/portability/test_other_mpis.py
 test-portability: install $(VENV_MPICH)/.installed
-	MPIPS_PORTABILITY=mpich $(PY_MPICH) -m pytest -q -p no:pytest_mpi --timeout=300 --timeout-method=thread tests/portability
-	MPIPS_PORTABILITY=ompi-tcp $(PYTEST) -p no:pytest_mpi tests/portability
+	$(injected)
+	MPIPS_PORTABILITY=mpich $(PY_MPICH) -m pytest -q -p no:pytest_mpi --timeout=300 --timeout-method=thread $(PYTEST_ARGS) tests/portability; first=$$?; \
+	MPIPS_PORTABILITY=ompi-tcp $(PYTEST) $(PYTEST_ARGS) -p no:pytest_mpi tests/portability && exit $$first
 
 # torch: .venv's pinned one, hard-linked (tests/link_torch.py), not unpacked a second time
 $(VENV_MPICH)/.installed: setup.cfg pyproject.toml $(VENV)/.installed

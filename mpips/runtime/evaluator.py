@@ -50,7 +50,7 @@ class Evaluator:
         self.next_eval = float(state["next_eval"])
 
     def current_params(self) -> np.ndarray:
-        self.ctx.store.pull(self.params)
+        self.ctx.store.observe(self.params)
         return self.params
 
     def applied(self) -> tuple[int, int, bool]:

@@ -24,11 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..paradigms.gates import furthest_behind
+from .layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
 from .scheduler import Scheduler
 from .state import SlotRows, TableLayout, TableView, shard_bounds, sum_slots
 
+ROLE_STREAMS = (SERVER, GROUP_SERVER, WORKER, EVALUATOR)   # a role's part of its delays' seed
 
-@dataclass
+
+@dataclass(frozen=True)
 class Network:
     """latency + bytes / bandwidth per pull or push, plus a seeded random
     delay of mean `jitter` (exponential): real transfers and the work around
@@ -39,7 +42,12 @@ class Network:
     summed pushes' bytes / bandwidth; until it ends, the pushes it took are
     not applied for anyone who looks (under MPI a push is seen 0.1-0.5 ms
     after it lands; without this, VSGD's workers saw each other's pushes
-    sooner and damped more: benchmarks/results/sim_vs_mpi.md)."""
+    sooner and damped more: benchmarks/results/sim_vs_mpi.md).
+
+    Each role's handle draws its delays from a stream of its own (`link`):
+    with one shared stream, every transfer of one role (an evaluator's read)
+    shifted every later delay of all the others, and observing a run more
+    often changed it."""
 
     latency: float = 20e-6      # s per message
     bandwidth: float = 10e9     # bytes/s
@@ -47,21 +55,35 @@ class Network:
     seed: int = 0
     apply: float = 0.0          # s of a server's step beyond its sum
 
-    def __post_init__(self):
-        self._rng = np.random.default_rng([self.seed % (1 << 64), 0x7177E5])
+    def link(self, level: int, role: str, index: int) -> "Link":
+        """The transfers of one role's handle on one level of servers (0: the
+        global servers, 1: a group server's), seeded by who it is, not by
+        its rank (an evaluator's rank comes after the workers, a group
+        server's before them)."""
+        key = [self.seed % (1 << 64), 0x7177E5, level, ROLE_STREAMS.index(role), index]
+        return Link(self, np.random.default_rng(key))
+
+
+class Link:
+    """One role's transfers under a `Network`: their times, with delays from
+    the role's own seeded stream."""
+
+    def __init__(self, network: Network, rng: np.random.Generator):
+        self.network, self._rng = network, rng
         self._delays: list[float] = []
 
     def seconds(self, nbytes: int) -> float:
-        return self.latency + nbytes / self.bandwidth + (self._delay() if self.jitter else 0.0)
+        net = self.network
+        return net.latency + nbytes / net.bandwidth + (self._delay() if net.jitter else 0.0)
 
     def apply_seconds(self, nbytes: int) -> float:
-        return self.apply + nbytes / self.bandwidth
+        return self.network.apply + nbytes / self.network.bandwidth
 
     def _delay(self) -> float:
         # drawn 4096 at a time (the same numbers as one at a time, in the same
         # order: numpy's generators fill an array draw by draw), popped from the end
         if not self._delays:
-            self._delays = self._rng.exponential(self.jitter, 4096)[::-1].tolist()
+            self._delays = self._rng.exponential(self.network.jitter, 4096)[::-1].tolist()
         return self._delays.pop()
 
 
@@ -87,12 +109,12 @@ class SharedParameters:
 
 
 class LocalParameterStore(SlotRows):
-    """One role's handle on `SharedParameters` (mpi_transport.ParameterStore's verbs).
-    `server`: the index of the server this role is, or None."""
+    """One role's handle on `SharedParameters` (mpi_transport.ParameterStore's verbs),
+    moving its bytes over `link`. `server`: the index of the server this role is, or None."""
 
-    def __init__(self, shared: SharedParameters, scheduler: Scheduler, network: Network, *,
+    def __init__(self, shared: SharedParameters, scheduler: Scheduler, link: Link, *,
                  server: int | None, world_server_ranks: list[int], sparse: bool = False):
-        self._shared, self._scheduler, self._network = shared, scheduler, network
+        self._shared, self._scheduler, self._link = shared, scheduler, link
         super().__init__(shared.rows)
         self.n, self.bounds = shared.n, shared.bounds
         self.server_ranks = list(range(len(shared.bounds)))
@@ -104,14 +126,20 @@ class LocalParameterStore(SlotRows):
         self._source = id(shared)   # what the scheduler knows it by
 
     def pull(self, out: np.ndarray) -> None:
-        self._scheduler.sleep(self._network.seconds(4 * self.n))
+        self._scheduler.sleep(self._link.seconds(4 * self.n))
+        self.observe(out)
+
+    def observe(self, out: np.ndarray) -> None:
+        """The parameters as they are now, in no virtual time: an evaluation
+        observes the run and never shifts it (the inline evaluation of
+        server 0 included), whatever its placement or cadence."""
         self._scheduler.read(self._source)
         for shard, (lo, hi) in zip(self._shared.shards, self.bounds):
             move(out, slice(lo, hi), shard)
 
     def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
         k = self.slot(row)
-        self._scheduler.sleep(self._network.seconds(4 * self.n))
+        self._scheduler.sleep(self._link.seconds(4 * self.n))
         for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
             move(slots, k, grad[lo:hi])
         self._announce(k, number, key)
@@ -121,7 +149,7 @@ class LocalParameterStore(SlotRows):
         if not self.sparse:
             raise RuntimeError("push_sparse into a ParameterStore made without sparse=True")
         k = self.slot(row)
-        self._scheduler.sleep(self._network.seconds(8 * len(indices)))   # index and value
+        self._scheduler.sleep(self._link.seconds(8 * len(indices)))   # index and value
         for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
             move(slots, (k, indices[a:b] - lo), values[a:b])
@@ -138,7 +166,7 @@ class LocalParameterStore(SlotRows):
         s = self.shard_index
         taken = sum_slots(out, self._shared.slots[s], self._shared.heads[s], self._slot_of,
                           clocks, consumed, sparse=self.sparse)
-        self._scheduler.sleep(self._network.apply_seconds(4 * self.count * taken))
+        self._scheduler.sleep(self._link.apply_seconds(4 * self.count * taken))
         return taken
 
     def publish(self) -> None:

@@ -95,6 +95,9 @@ class ParameterStore(SlotRows):
                 self._param_win.Get([out[lo:hi], MPI.FLOAT], rank, (0, hi - lo, MPI.FLOAT))
         self._param_win.Flush_all()
 
+    # an evaluation's read: a Get like any pull (the simulator's takes no virtual time)
+    observe = pull
+
     def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
         """Put `grad` (float32, length n) into row's slot on every server, as
         its push `number` (the row's clock once this push is counted), to be

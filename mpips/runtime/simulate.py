@@ -9,8 +9,9 @@ an iteration's compute takes the device-time model's virtual time
 pulls and pushes the network model's (`--sim-latency`, `--sim-bandwidth`,
 `--sim-jitter`), a server's apply `--sim-apply` and the sum of its pushes.
 The run log is the MPI job's (same files and schema, times virtual), so
-`mpips info` and analysis/ read it unchanged. A run is bit-reproducible: the
-same configuration and seed give the same parameters and the same log.
+`mpips info` and analysis/ read it unchanged. On one build and CPU a run is
+bit-reproducible; on another CPU it keeps its schedule and its floats drift by
+rounding; evaluating it never changes it (docs/simulator.md, "Reproducible where").
 """
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ def simulate(config: Config) -> str:
         contexts.append(Context(
             config=config, layout=layout, comm=None, role_comm=None, rank=rank, role=role, index=index,
             run_dir=config.run_dir, t0=0.0,
-            store=LocalParameterStore(shared, scheduler, network, server=index if role == SERVER else None,
+            store=LocalParameterStore(shared, scheduler, network.link(0, role, index),
+                                      server=index if role == SERVER else None,
                                       world_server_ranks=layout.server_ranks, sparse=sparse),
             # every log flushes by the wall clock: `size` of them in one process
             # would flush `size` times as often
@@ -146,7 +148,8 @@ def _two_level_roles(scheduler: Scheduler, network: Network, contexts: list[Cont
             continue
         g = ctx.index if ctx.role == GROUP_SERVER else next(i for i, m in enumerate(groups) if ctx.index in m)
         shared, table, ranks_g = levels[g]
-        store = LocalParameterStore(shared, scheduler, network, server=0 if ctx.role == GROUP_SERVER else None,
+        store = LocalParameterStore(shared, scheduler, network.link(1, ctx.role, ctx.index),
+                                    server=0 if ctx.role == GROUP_SERVER else None,
                                     world_server_ranks=ranks_g, sparse=cfg.compressor != "none")
         group = group_level(ctx, g, groups[g], store, LocalControlTable(table, scheduler, layout.workers, 1))
         if ctx.role == WORKER:

@@ -18,18 +18,20 @@ import pytest
 from analysis import plot, summarize
 from conftest import train
 from mpips.io.log import RunLog
+from tests.thresholds import SETUPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TARGET = 0.5   # both 2-epoch runs pass it (and fail the table's check if they do not)
-COMMON = ["--epochs", "2", "--lr", "0.1", "--eval-every", "0.25", "--seed", "1"]
+# both 2-epoch runs pass it (and fail the table's check if they do not): tests/thresholds.py
+TARGET = SETUPS["analysis-ssp"].threshold
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two 1+4-rank runs: SSP(3) on a heterogeneous cluster, BSP on a homogeneous one."""
     base = tmp_path_factory.mktemp("analysis")
-    train(5, base / "ssp", "--paradigm", "ssp", "--staleness", "3", "--slowdown", "1,1,2,4", *COMMON)
-    train(5, base / "bsp", "--paradigm", "bsp", *COMMON)
+    for name in ("ssp", "bsp"):
+        setup = SETUPS[f"analysis-{name}"]
+        train(setup.ranks, base / name, *setup.flags, "--seed", "1")
     return base
 
 

@@ -65,7 +65,10 @@ def test_a_users_script_trains_its_own_model_data_and_loss(tmp_path):
     assert first["samples"] == 2 * 500                # 2 epochs of the user's 500 training samples
     # the user's loss computed every gradient (and the evaluations)
     assert sum(r["calls"] for r in results) >= first["iterations"] > 0
-    assert first["final_accuracy"] > 0.8, first       # four well-separated clusters
+    # it trained on the user's four clusters (chance: 0.25). Its 50 SSP iterations under MPI
+    # end where the ranks' interleaving leaves them: 0.65-0.97 in 21 runs (seeds 0-4 under
+    # three CPU kernels and 6 runs of seed 0; benchmarks/test_margins.py's kernels), 0.65 once
+    assert first["final_accuracy"] > 0.5, first
     # run.h5 says what was used instead of the configuration's model and dataset
     assert first["user_objects"] == {
         "model": "<lambda>", "loss": "loss",

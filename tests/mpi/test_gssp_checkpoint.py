@@ -18,13 +18,12 @@ from conftest import MPI_ENV, MPIEXEC, train
 
 from mpips.io.checkpoint import CheckpointError, checkpoint_files, read_checkpoint
 from mpips.runtime.checkpointer import PREEMPTED_EXIT
+from tests.thresholds import SETUPS
 
 RANKS = 5   # 1 server + 2 group servers + 2 workers: each worker its own group
 # worker 1 is 8x slower: group 0 finishes long before group 1. GDTopK: the
 # group servers' compressor residuals are part of what a checkpoint keeps.
-FLAGS = ("--paradigm", "gssp", "--groups", "2", "--slowdown", "1,8", "--epochs", "12",
-         "--compressor", "gdtopk", "--checkpoint-every", "0.1", "--log-flush-seconds", "0.2",
-         "--budget", "per-worker")
+FLAGS = SETUPS["gssp-checkpoint"].flags
 
 
 def _one_group_done(run_dir) -> dict | None:
@@ -111,4 +110,5 @@ def test_resumed_gssp_job_is_as_good_as_an_uninterrupted_one(jobs):
     reference, _, _, job = jobs
     final, ref_final = job.log.summary()["final_accuracy"], reference.log.summary()["final_accuracy"]
     print(f"final accuracy {final:.4f} (uninterrupted {ref_final:.4f})")
-    assert abs(final - ref_final) <= 0.02, (final, ref_final)
+    # two runs of this set-up differ by this much from timing and rounding alone (tests/thresholds.py)
+    assert abs(final - ref_final) <= SETUPS["gssp-checkpoint"].spread, (final, ref_final)

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import replayed_run, rounds_of, train
 from mpips.config import Config
+from tests.thresholds import SETUPS
 
 SLOW = "1,1,2,4"
 
@@ -32,9 +33,9 @@ def finish_spreads(log, skip: int) -> np.ndarray:
 def digits_run(tmp_path_factory):
     """The MLP on digits, X = 256 split over slowdowns 1,1,2,4, NARX predictor
     (the global budget: its last round is cut short, some workers get no samples)."""
-    return train(5, tmp_path_factory.mktemp("lbbsp"), "--paradigm", "lbbsp", "--global-batch", "256",
-                 "--slowdown", SLOW, "--predictor", "narx", "--epochs", "20", "--lr", "0.1",
-                 "--eval-every", "5").log
+    setup = SETUPS["lbbsp-narx"]
+    assert SLOW in setup.flags
+    return train(setup.ranks, tmp_path_factory.mktemp("lbbsp"), *setup.flags).log
 
 
 def test_uneven_rounds_give_the_replayed_parameters_bit_for_bit(digits_run):
@@ -75,7 +76,7 @@ def test_slow_workers_get_smaller_batches_and_it_is_logged(digits_run):
 
 def test_lbbsp_reaches_90_percent(digits_run):
     s = digits_run.summary()
-    assert s["final_accuracy"] >= 0.90
+    assert s["final_accuracy"] >= SETUPS["lbbsp-narx"].threshold
     assert s["max_staleness"] == 0 and s["max_clock_gap"] == 0
 
 
