@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 NP ?= 5
-# Open MPI as root, oversubscribed on a 2-core machine (ENVIRONMENT.md); one
+# Open MPI as root, oversubscribed on a 2-core machine (docs/environment.md); one
 # node: shared memory only (the TCP transport costs every rank about a
 # second in MPI_Init: mpips/experiments/launch.py). make test-portability
 # runs the TCP path on purpose.

@@ -1,4 +1,4 @@
-"""The seed papers' claims (PARADIGMS.md, "Expected"), checked on a
+"""The seed papers' claims (docs/paradigms.md, "Expected"), checked on a
 comparison's runs: per claim, the measured quantity in each seed, its mean and
 spread, and whether the claim held in every seed (yes), some (partly) or none.
 

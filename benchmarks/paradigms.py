@@ -9,7 +9,7 @@ homogeneous cluster: one table and the figures, from the runs' logs.
 Each cluster is one `mpips compare` (mpips/experiments/compare.py): every run
 `mpiexec -n 1+G+4(+1) python -m mpips train --paradigm P ...` with the same
 model, data, seed, sample budget (epochs) and cluster; paradigms keep their
-own defaults (PARADIGMS.md). The runs go to --runs (not committed); the table
+own defaults (docs/paradigms.md). The runs go to --runs (not committed); the table
 of both clusters (Markdown, CSV, JSON) and figures to benchmarks/results/paradigms*.
 A run that fails is reported and left out; the others still count.
 
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     unknown = [c for c in args.clusters if c not in CLUSTERS]
     if unknown:
         p.error(f"unknown cluster(s) {', '.join(unknown)}; allowed: {', '.join(CLUSTERS)}")
-    os.environ.update(MPI_ENV)   # the runs' mpiexec: as root, oversubscribed (ENVIRONMENT.md)
+    os.environ.update(MPI_ENV)   # the runs' mpiexec: as root, oversubscribed (docs/environment.md)
 
     started = time.perf_counter()
     try:

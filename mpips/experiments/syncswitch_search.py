@@ -1,6 +1,6 @@
 """`python -m mpips syncswitch-search`: find Sync-Switch's f for a recurring job.
 
-Binary search over short runs (PARADIGMS.md, Sync-Switch): the smallest
+Binary search over short runs (docs/paradigms.md, Sync-Switch): the smallest
 fraction f of the sample budget to train in BSP whose final accuracy is within
 a tolerance (default 0.5 points) of pure BSP's. It launches each run with the
 given launcher (`mpiexec -n N python -m mpips train FLAGS --switch-at f`),

@@ -11,7 +11,7 @@ A sparse push of k entries costs 8k bytes (int32 indices, float32 values)
 instead of 4n (`payload_nbytes`).
 
 GDTopK's ratio schedule by a group's speed rank (`GDTopKSchedule`,
-`ratio_schedule`, `speed_ranks`) lives here as well, see PARADIGMS.md, GSSP.
+`ratio_schedule`, `speed_ranks`) lives here as well, see docs/paradigms.md, GSSP.
 """
 from __future__ import annotations
 
@@ -315,7 +315,7 @@ class GDTopKSchedule:
     0.5, the middle). Epoch 1 (1-based): `first_ratio` for all; epochs 2 ..
     floor_epoch-1: max(r0^(epoch-1), floor); from `floor_epoch` on: `floor`
     (the table's rounded r0^4, e.g. 0.015 for 0.35^4 = 0.01500625).
-    Defaults are PARADIGMS.md's table.
+    Defaults are docs/paradigms.md's table.
     """
 
     r0: tuple[float, ...] = (0.25, 0.3, 0.35)

@@ -6,7 +6,7 @@ the controller how many extra iterations r* (at most r_max = s_H - s_L) bring
 its next push closest in time to a push of the slowest worker, so that its
 wait, when it comes, is shortest; it then runs on r* credits.
 
-Choices where PARADIGMS.md leaves room, each tested in tests/unit/test_dssp.py:
+Choices where docs/paradigms.md leaves room, each tested in tests/unit/test_dssp.py:
 - The decision is made once per push (the first gate poll at a clock) and
   cached: later polls at the same clock only wait for the bound chosen then,
   so a credit is consumed and the controller called once per clock.

@@ -1,6 +1,6 @@
 """The gates paradigms share: "may worker i start its next iteration?".
 
-Every gate also keeps read-your-writes (PARADIGMS.md): a worker starts only
+Every gate also keeps read-your-writes (docs/paradigms.md): a worker starts only
 once every server has applied all of its own pushes.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ PASS = Gate(True)   # the common answer, made once: gates are polled
 
 
 def own_writes_gate(worker: int, view: ClusterView) -> Gate:
-    """Read-your-writes (PARADIGMS.md, ASP): pass once every server has
+    """Read-your-writes (docs/paradigms.md, ASP): pass once every server has
     applied all of `worker`'s own pushes, so the pull that follows reflects
     them, as in every parameter server that serves a worker's requests in
     order. Without it, a worker pulls right after its push, before it is

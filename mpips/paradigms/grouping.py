@@ -1,6 +1,6 @@
 """GSSP grouping: which workers share a group server.
 
-Workers of similar speed go together (PARADIGMS.md, GSSP): sort by iteration
+Workers of similar speed go together (docs/paradigms.md, GSSP): sort by iteration
 time and cut into G groups, equal sizes by default or 1-D k-means on the
 times. Groups are lists of worker indices (ascending), fastest group first.
 
@@ -183,7 +183,7 @@ class EpochTimeEMA:
 
 
 class GroupSpeed:
-    """A group's speed (PARADIGMS.md, GSSP): the mean over its members of an
+    """A group's speed (docs/paradigms.md, GSSP): the mean over its members of an
     EMA of each member's epoch time, `T <- 0.3*T + 0.7*T_new` (EpochTimeEMA).
 
     Fed by the group server from its members' clocks and push times. Epoch

@@ -10,7 +10,7 @@ push of every group reaches the global parameters once, as under ASP.
 
 GDTopK's upload ratio: a group's speed rank (0 = fastest), measured by its
 group server and published in the group table's slot `SLOT_GROUP_SPEED_RANK`, and
-the epoch pick (c, rho) from the schedule of PARADIGMS.md.
+the epoch pick (c, rho) from the schedule of docs/paradigms.md.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Worker i may start while c_i - c_min <= s. The gate reads the servers'
 *applied* counts rather than the workers' clocks, so that the read which
 follows sees every update of clocks <= c_i - s - 1 from every worker, and all
-of the worker's own (PARADIGMS.md); applied <= pushed, so the logged
+of the worker's own (docs/paradigms.md); applied <= pushed, so the logged
 invariant on clocks holds a fortiori.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 v = ||w_now - w_read|| / C counts the "average updates" the parameters moved
 while the worker computed; the push's learning rate becomes eta / max(1, v)
 (or eta / (1 + lambda v)), applied as a factor on the push scale on top of
-the base 1/W. Two measures of the distance (PARADIGMS.md, VSGD):
+the base 1/W. Two measures of the distance (docs/paradigms.md, VSGD):
 
 - bound: the path length, the servers' running sum of applied update norms,
   read at pull and at push. Free (it is in the control table). By the

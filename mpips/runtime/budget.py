@@ -1,4 +1,4 @@
-"""A run's budget, and where a worker's next batch comes from (PARADIGMS.md,
+"""A run's budget, and where a worker's next batch comes from (docs/paradigms.md,
 "What a run's budget means").
 
 global (the default): `--epochs E` is E passes over the whole training set

@@ -4,7 +4,7 @@ Two classes, each owning its windows (after mpi4py.util.sync): the
 `ParameterStore` (the flat float32 parameters, sharded over the servers, and
 on each server one gradient slot per worker that the worker `Put`s into) and the
 `ControlTable` (a small float64 table on server 0 of per-worker and
-per-server counters). All windows are made with `Win.Allocate` (ENVIRONMENT.md:
+per-server counters). All windows are made with `Win.Allocate` (docs/environment.md:
 `Win.Create` does not progress) and every rank holds one `Lock_all` epoch on
 them for the whole run, completing operations with `Flush`. How the state is
 laid out and summed is mpips/runtime/state.py; the simulator's transport is

@@ -3,7 +3,7 @@
 A worker's slowdown factor at an iteration is its persistent factor times
 the factor of any transient straggle covering that iteration.
 
-With a device-time model (`--device-time`, PARADIGMS.md "Emulated
+With a device-time model (`--device-time`, docs/paradigms.md "Emulated
 heterogeneity") an iteration of b samples takes T = factor x (a + c*b**p)
 seconds: the worker computes the real gradient, then sleeps until T has
 passed since compute began. Without one, the worker sleeps

@@ -93,7 +93,7 @@ def uneven_sgd_oracle(config, batches: np.ndarray, dtype=torch.float32) -> np.nd
     """One process, SGD on the concatenation of the workers' batches each
     round; batches[r, i] = samples of worker i in round r (from the global
     stream, or from each worker's shard under `budget: per-worker`). The
-    paradigms' definition of a BSP round (PARADIGMS.md), computed in `dtype`."""
+    paradigms' definition of a BSP round (docs/paradigms.md), computed in `dtype`."""
     data = load_dataset(config)
     torch.manual_seed(config.seed)
     model = build_model(config.model, data.input_shape, data.num_classes).to(dtype)

@@ -52,7 +52,7 @@ def test_bsp_with_a_per_worker_budget_gives_the_replayed_parameters(tmp_path):
 @pytest.mark.parametrize("budget", ["global", "per-worker"])
 @pytest.mark.parametrize("batch", [(16, 16, 16, 16), (100, 60, 30, 66)])
 def test_a_replayed_round_is_sgd_on_the_concatenated_batch(batch, budget):
-    """The replay (what the runtime computes) against PARADIGMS.md's
+    """The replay (what the runtime computes) against docs/paradigms.md's
     definition of a round, exact SGD on all W batches at once (float64):
     within a bound derived from float32 rounding (conftest.one_round_float_bound)."""
     config = load(overrides={**bsp_config().to_dict(), "budget": budget})

@@ -11,7 +11,7 @@ from mpips.paradigms.compress import (
 from mpips.paradigms.grouping import EpochTimeEMA
 from mpips.config import Config, ConfigError
 
-TABLE = {  # PARADIGMS.md, GSSP: (epoch 2, 3, 4, >=5), rho
+TABLE = {  # docs/paradigms.md, GSSP: (epoch 2, 3, 4, >=5), rho
     0: ((0.25, 0.0625, 0.015625, 0.004), 0.008),
     1: ((0.3, 0.09, 0.027, 0.0081), 0.009),
     2: ((0.35, 0.1225, 0.042875, 0.015), 0.01),

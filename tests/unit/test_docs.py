@@ -1,6 +1,12 @@
-"""The README's configuration table and the log schema document stay complete."""
+"""The README's configuration table and the log schema document stay complete;
+the documents name only files of the repository and flags that exist."""
+import argparse
 import dataclasses
 import os
+import re
+import subprocess
+
+import pytest
 
 from mpips.config import Config
 from mpips.io.log import TABLES
@@ -29,3 +35,68 @@ def test_log_schema_documents_every_column():
     doc = read("docs/log-schema.md")
     missing = [f"{t}.{c}" for t, dt in TABLES.items() for c in dt.names if f"| `{c}` |" not in doc]
     assert not missing, f"docs/log-schema.md lacks {missing}"
+
+
+# Joined at run time so that this file (and its compiled form: Python folds
+# "a" + "b") does not name them itself.
+OUTSIDE = tuple("".join(parts) for parts in (("PARADIGMS", ".md"), ("ENVIRONMENT", ".md"),
+                                             ("DESIGN", ".md"), ("..", "/shared")))
+NOT_TEXT = (".json", ".csv", ".png", ".h5")
+
+
+def tracked_files():
+    """The repository's files as git knows them (tracked, and new ones not ignored)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                             cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return sorted({p for p in out.decode().split("\0") if p})
+
+
+def test_no_file_points_outside_the_repository():
+    # A user has only the repository: the rules and environment notes it
+    # cites must be in it (docs/paradigms.md, docs/environment.md).
+    found = []
+    for name in tracked_files():
+        path = os.path.join(ROOT, name)
+        if name.endswith(NOT_TEXT) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if b"\0" in data:
+            continue   # binary
+        text = data.decode("utf-8", errors="replace")
+        for lineno, line in enumerate(text.splitlines(), 1):
+            found += [f"{name}:{lineno}: {ref}" for ref in OUTSIDE if ref in line]
+    assert not found, "files outside the repository named:\n" + "\n".join(found)
+
+
+def test_readme_names_only_docs_that_exist():
+    readme = read("README.md")
+    named = set(re.findall(r"docs/[\w.-]+\.md", readme))
+    assert {"docs/paradigms.md", "docs/environment.md"} <= named
+    missing = sorted(p for p in named if not os.path.isfile(os.path.join(ROOT, p)))
+    assert not missing, f"README.md names {missing}, which do not exist"
+
+
+def test_docs_name_only_flags_that_exist():
+    # Every --flag the documents name is one of `mpips`'s (train's come from
+    # Config's fields, so a renamed setting shows up here).
+    from mpips.cli import parser
+
+    flags = set()
+    parsers = [parser()]
+    while parsers:
+        p = parsers.pop()
+        for action in p._actions:
+            flags.update(s for s in action.option_strings if s.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += action.choices.values()
+    for doc in ("docs/paradigms.md", "docs/environment.md"):
+        named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", read(doc)))
+        # mpirun's, pytest's and Slurm's options, in environment.md's commands
+        named -= {"--bind-to", "--mpi", "--with-mpi", "--timeout", "--timeout-method",
+                  "--ignore", "--parsable", "--signal", "--wait", "--ntasks"}
+        unknown = sorted(named - flags)
+        assert not unknown, f"{doc} names flags mpips does not have: {unknown}"
