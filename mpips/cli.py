@@ -43,8 +43,18 @@ def _train_parser(sub, name: str, help: str, exclude=(), **kw) -> argparse.Argum
     return p
 
 
+class _Parser(argparse.ArgumentParser):
+    """Under a launcher every rank parses the same arguments: rank 0 says what
+    is wrong, the others exit with the same status without repeating it."""
+
+    def error(self, message):
+        if _launched_rank() not in (None, "0"):
+            sys.exit(2)
+        super().error(message)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mpips",
+    p = _Parser(prog="mpips",
                                 description="PyTorch training on an MPI parameter server.")
     sub = p.add_subparsers(dest="command", required=True)
     _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
@@ -202,12 +212,27 @@ def cmd_info(args) -> int:
 
 def main(argv=None, *, comm=None) -> int:
     """`comm`: the ranks a `train` runs on (mpips.train's `comm`; default COMM_WORLD)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv), comm)
+    except BrokenPipeError:
+        # the reader stopped early (`mpips info RUN | head`): end quietly, as a Unix tool
+        # does; stdout goes to /dev/null so that the flush at exit does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str], comm) -> int:
+    # One module search path for `mpips` and `python -m mpips`: the current directory
+    # first, as `python -m` puts it (a user's --model pkg.mod:fn or --dataset beside
+    # the job resolves the same with either; README, "Your own model")
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
     if argv and argv[0] in DELEGATED:
         from importlib import import_module
 
         return import_module(DELEGATED[argv[0]][0]).main(argv[1:], prog=f"mpips {argv[0]}")
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = _Parser(add_help=False)
     pre.add_argument("--plugin", action="append", default=[])
     try:
         load_plugins(pre.parse_known_args(argv)[0].plugin)

@@ -48,13 +48,16 @@ class DeviceTime:
 
 
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
-_DEVICE_TIME_HELP = ("a duration such as 20ms (at batch-size, linear in the batch), or "
-                     "a=2ms,c=1ms,p=0.8 for a + c*b**p seconds (units s, ms, us; a, c >= 0, p > 0)")
+_DEVICE_TIME_HELP = ("a duration with its unit (s, ms or us) such as 20ms (at batch-size, linear in "
+                     "the batch), or a=2ms,c=1ms,p=0.8 for a + c*b**p seconds (a, c >= 0, p > 0)")
 
 
 def _duration(text: str) -> float:
     m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*(s|ms|us)?\s*", text)
     if not m:
+        raise ValueError(text)
+    if m.group(2) is None and float(m.group(1)) != 0:
+        # every example says 20ms: a bare 20 would be 20 s an iteration, silently
         raise ValueError(text)
     value = float(m.group(1)) * _UNITS[m.group(2) or "s"]
     if not np.isfinite(value) or value < 0:

@@ -5,6 +5,7 @@ import dataclasses
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -100,3 +101,49 @@ def test_docs_name_only_flags_that_exist():
                   "--ignore", "--parsable", "--signal", "--wait", "--ntasks"}
         unknown = sorted(named - flags)
         assert not unknown, f"{doc} names flags mpips does not have: {unknown}"
+
+
+def table_rows(text: str) -> list[list[tuple[int, int]]]:
+    """Each Markdown table of `text` as (line number, cells) per row; a `|` inside
+    backticks or escaped is not a cell border."""
+    tables, current = [], []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.startswith("|"):
+            bare = re.sub(r"`[^`]*`", "``", line.replace("\\|", ""))
+            current.append((lineno, bare.strip().strip("|").count("|") + 1))
+        elif current:
+            tables.append(current)
+            current = []
+    return tables + ([current] if current else [])
+
+
+def test_every_table_has_as_many_cells_per_row_as_its_header():
+    bad = []
+    for doc in ["README.md", "benchmarks/README.md", *(f"docs/{n}" for n in os.listdir(os.path.join(ROOT, "docs")))]:
+        for table in table_rows(read(doc)):
+            header = table[0][1]
+            bad += [f"{doc}:{lineno}: {cells} cells, header {header}" for lineno, cells in table if cells != header]
+    assert not bad, "\n".join(bad)
+
+
+def test_readme_results_are_generated_from_the_results_files():
+    p = subprocess.run([sys.executable, "readme_results.py", "--check"], cwd=os.path.join(ROOT, "benchmarks"),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert p.returncode == 0, p.stdout
+
+
+def test_the_conda_environment_lists_every_dependency():
+    import configparser
+
+    import yaml
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    needed = {re.split(r"[<>=!\s]", line.strip())[0] for key in ("install_requires",)
+              for line in cfg["options"][key].splitlines() if line.strip()}
+    needed |= {line.strip() for line in cfg["options.extras_require"]["test"].splitlines() if line.strip()}
+    with open(os.path.join(ROOT, "environment.yml")) as fh:
+        listed = {re.split(r"[<>=!\s]", d)[0] for d in yaml.safe_load(fh)["dependencies"] if isinstance(d, str)}
+    assert "pytorch" in listed   # torch, which setup.cfg leaves to the user (pinned first)
+    missing = sorted(needed - listed)
+    assert not missing, f"environment.yml lacks {missing} (setup.cfg's dependencies)"

@@ -1,0 +1,82 @@
+"""The README's Results tables, generated from the results files, never edited by hand.
+
+    python benchmarks/readme_results.py            # rewrite the generated blocks of README.md
+    python benchmarks/readme_results.py --check    # exit 1 if README.md differs (tests/unit/test_docs.py)
+
+A generated block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->`:
+`claims` (the seed papers' claims per seed, benchmarks/claims.py) and `means` (per
+paradigm and cluster: the mean over seeds, with the range where seeds differ) of the
+comparison in results/paradigms-8.json (`make compare`). The prose around them is
+written by hand from them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from claims import render_markdown as render_claims
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPARISON = ROOT / "benchmarks" / "results" / "paradigms-8.json"
+
+
+def mean_table(rows: list[dict], target: float) -> str:
+    """One row per paradigm and cluster: means over its seeds (a time to target over the
+    seeds that reached it, with how many did), the range of the final accuracy."""
+    df = pd.DataFrame(rows)
+    df["cluster"] = df["run"].str.split("-").str[0].map({"het": "heterogeneous", "hom": "homogeneous"})
+    lines = [f"| paradigm | cluster | S+G+W | seeds | time to {100 * target:.0f}% (s) | reached | "
+             "final accuracy | range | updates/s | wait share | mean staleness | bytes sent (MB) |",
+             "|---|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+    order = list(dict.fromkeys(df["paradigm"]))
+    for (cluster, paradigm), g in sorted(df.groupby(["cluster", "paradigm"]),
+                                         key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
+        reached = g["time_to_target"].dropna()
+        time = f"{reached.mean():.2f}" if len(reached) else "-"
+        acc = 100 * g["final_accuracy"]
+        lines.append(f"| {paradigm} | {cluster} | {g['layout'].iloc[0]} | {len(g)} | {time} | "
+                     f"{len(reached)}/{len(g)} | {acc.mean():.1f}% | {acc.min():.1f}-{acc.max():.1f}% | "
+                     f"{g['updates_per_second'].mean():.1f} | {100 * g['mean_wait_fraction'].mean():.1f}% | "
+                     f"{g['mean_staleness'].mean():.2f} | {g['bytes_sent'].mean() / 1e6:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def blocks() -> dict[str, str]:
+    data = json.loads(COMPARISON.read_text())
+    target = float(re.search(r"--target (\S+)", data["command"]).group(1))
+    return {"claims": render_claims(data["claims"]), "means": mean_table(data["rows"], target)}
+
+
+def render(readme: str) -> str:
+    for name, text in blocks().items():
+        pattern = re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- end: {name} -->)", re.S)
+        if not pattern.search(readme):
+            raise SystemExit(f"README.md has no block `<!-- generated: {name} -->` ... `<!-- end: {name} -->`")
+        readme = pattern.sub(lambda m: m.group(1) + "\n" + text + "\n" + m.group(2), readme)
+    return readme
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if README.md is not what the results give")
+    args = ap.parse_args()
+    path = ROOT / "README.md"
+    old = path.read_text()
+    new = render(old)
+    if args.check:
+        if new != old:
+            print("README.md's Results differ from benchmarks/results: run python benchmarks/readme_results.py",
+                  file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

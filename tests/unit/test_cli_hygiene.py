@@ -1,0 +1,61 @@
+"""What a newcomer meets at the command line: a closed pipe ends quietly, an
+argparse error is printed by one rank, a device time needs its unit, and
+`mpips` finds a user's module where `python -m mpips` does."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpips.cli import main
+from mpips.config import ConfigError, load
+
+MPIPS = Path(sys.executable).parent / "mpips"   # the console script of this environment
+
+
+def run(args: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mpips", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=120, **kw)
+
+
+def test_a_reader_that_stops_early_ends_the_output_quietly(tmp_path):
+    assert main(["simulate", "--run-dir", str(tmp_path / "run"), "--workers", "1", "--iterations", "2"]) == 0
+    p = subprocess.Popen([sys.executable, "-m", "mpips", "info", str(tmp_path / "run")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()     # as `| head` does once it has its lines
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 1 and err == "", err
+
+
+def test_an_argparse_error_is_printed_by_rank_0_only():
+    rank0 = run(["train", "--nesterov", "maybe"], env={**os.environ, "OMPI_COMM_WORLD_RANK": "0"})
+    assert rank0.returncode == 2 and "unrecognized arguments: maybe" in rank0.stderr
+    rank1 = run(["train", "--nesterov", "maybe"], env={**os.environ, "OMPI_COMM_WORLD_RANK": "1"})
+    assert rank1.returncode == 2 and rank1.stderr == ""
+
+
+@pytest.mark.parametrize("text", ["20", "0.02", "a=2,c=1ms"])
+def test_a_device_time_without_its_unit_is_refused(text):
+    with pytest.raises(ConfigError, match="device_time.*with its unit") as e:
+        load(overrides={"device_time": text})
+    assert "\n" not in str(e.value)
+
+
+def test_device_times_with_units_and_zero_are_accepted():
+    assert load(overrides={"device_time": "20ms"}).device_time_model().seconds(16) == pytest.approx(0.02)
+    assert load(overrides={"device_time": "a=0,c=1ms,p=1"}).device_time_model().seconds(2) == pytest.approx(0.002)
+
+
+def test_the_command_and_python_m_find_a_users_module_alike(tmp_path):
+    (tmp_path / "mymodel.py").write_text(
+        "import torch\n\ndef net(shape, classes):\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, classes))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for command in ([str(MPIPS)], [sys.executable, "-m", "mpips"]):
+        p = subprocess.run([*command, "simulate", "--model", "mymodel:net", "--workers", "1", "--iterations", "2",
+                            "--run-dir", str(tmp_path / f"run-{len(command)}")], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        assert p.returncode == 0, (command, p.stdout[-2000:])
