@@ -16,7 +16,7 @@ from .paradigms.compress import COMPRESSORS
 from .paradigms.grouping import GROUPINGS
 from .paradigms.predict import PREDICTORS
 from .paradigms.value_staleness import VSGD_RULES
-from .training.emulation import parse_device_time, parse_random_stragglers, parse_stragglers
+from .training.emulation import parse_device_time, parse_random_stragglers, parse_slowdown, parse_stragglers
 from .validate import ConfigError, coerce_to  # noqa: F401 - ConfigError: part of this module's interface
 
 DATASETS = ("digits", "mnist", "cifar10", "synthetic")
@@ -107,7 +107,8 @@ class Config:
     vsgd_rule: str = _f("max", "VSGD: lr/max(1,v) or lr/(1+lambda*v)", VSGD_RULES)
     vsgd_lambda: float = _f(1.0, "VSGD: lambda of the linear rule")
     # emulated heterogeneity -------------------------------------------------
-    slowdown: str = _f("", "persistent slowdown factor per worker, e.g. 1,1,2,4")
+    slowdown: str = _f("", "persistent slowdown factor per worker, e.g. 1,1,2,4, or FACTORxCOUNT items, "
+                           "e.g. 1x48,2x12,4x4 (48 workers at 1, then 12 at 2, 4 at 4)")
     straggler: str = _f("", "transient stragglers: worker:start_iter:iters:factor[,...]")
     random_stragglers: str = _f("", "random stragglers: rate:mean_iters:factor (per worker iteration)")
     device_time: str = _f("", "emulated device time of one iteration, times the slowdown factor: "
@@ -215,9 +216,7 @@ class Config:
     def check_workers(self, workers: int | None) -> None:
         """The settings that name workers or depend on their number, parsed as
         the workers will; `workers` None: the syntax only (before the layout)."""
-        factors = self.slowdown_factors()
-        if workers is not None and factors and len(factors) != workers:
-            raise ConfigError("slowdown", self.slowdown, f"needs one factor per worker ({workers} workers)")
+        self.slowdown_factors(workers)
         parse_stragglers(self.straggler, workers)
         parse_random_stragglers(self.random_stragglers)
         parse_points(self.fail_at, "fail_at", workers)
@@ -229,18 +228,10 @@ class Config:
 
         return parse_options(self.paradigm, self.paradigm_options)
 
-    def slowdown_factors(self) -> list[float]:
-        """Per-worker persistent slowdown factors ([] = none)."""
-        if not self.slowdown:
-            return []
-        try:
-            factors = [float(x) for x in self.slowdown.split(",")]
-        except ValueError:
-            raise ConfigError("slowdown", self.slowdown,
-                              "a comma-separated list of factors >= 1, e.g. 1,1,2,4") from None
-        if any(not math.isfinite(x) or x < 1 for x in factors):
-            raise ConfigError("slowdown", self.slowdown, "every factor must be >= 1")
-        return factors
+    def slowdown_factors(self, workers: int | None = None) -> list[float]:
+        """Per-worker persistent slowdown factors ([] = none); `workers` None:
+        the syntax only."""
+        return parse_slowdown(self.slowdown, workers)
 
     def device_time_model(self):
         """The parsed `device_time` (emulation.DeviceTime), or None."""

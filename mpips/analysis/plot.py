@@ -33,6 +33,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from ..config import PARADIGMS  # noqa: E402
 from ..io.log import RunLog  # noqa: E402
 from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
+from ..training.emulation import parse_slowdown  # noqa: E402
 from .summarize import find_runs, heterogeneity, paradigm_label  # noqa: E402
 
 DPI = 110
@@ -187,7 +188,7 @@ def default_window(log: RunLog) -> tuple[float, float]:
 def _draw_timeline(ax, log: RunLog, lo: float, hi: float) -> None:
     it = log.iterations
     workers = sorted(int(w) for w in np.unique(it["worker"]))
-    factors = [float(x) for x in log.config["slowdown"].split(",")] if log.config.get("slowdown") else []
+    factors = parse_slowdown(log.config.get("slowdown", ""))
     for w in workers:
         rows = it[it["worker"] == w]
         t = rows["start"].copy()

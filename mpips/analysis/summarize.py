@@ -19,6 +19,7 @@ import sys
 import pandas as pd
 
 from ..io.log import RunLog
+from ..training.emulation import format_slowdown, parse_slowdown
 
 # (key, header, format) of the table's columns, in order; `{target}` is filled in.
 COLUMNS = [
@@ -79,7 +80,8 @@ def heterogeneity(config: dict) -> str:
     """The emulated cluster in words, from the configuration."""
     parts = []
     if config.get("slowdown"):
-        parts.append(f"slowdown {config['slowdown']}")
+        # short whatever the user wrote: 64 workers as '1x48,2x12,4x4'
+        parts.append(f"slowdown {format_slowdown(parse_slowdown(config['slowdown']))}")
     if config.get("straggler"):
         parts.append(f"straggler {config['straggler']}")
     if config.get("random_stragglers"):

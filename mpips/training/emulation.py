@@ -15,6 +15,7 @@ configuration and the seed, so runs repeat.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -88,6 +89,47 @@ def parse_device_time(text: str, batch_size: int) -> DeviceTime | None:
         raise ConfigError("device_time", text, _DEVICE_TIME_HELP) from None
 
 
+_SLOWDOWN_FORMS = ("factors >= 1 (finite), one factor per worker, worker 0 first: '1,1,2,4', "
+                   "or FACTORxCOUNT items (COUNT >= 1) among them, e.g. '1x6,4x2'")
+
+
+def parse_slowdown(text: str, workers: int | None = None) -> list[float]:
+    """'1,1,2,4' or FACTORxCOUNT items mixed with plain factors ('1x48,2x12,4x4':
+    48 workers at 1, then 12 at 2, then 4 at 4) -> one factor per worker
+    ([] for ''); workers None: the syntax only, before the number of workers
+    is known."""
+    runs = []
+    for item in (s.strip() for s in text.split(",")) if text else ():
+        factor, x, count = item.partition("x")
+        try:
+            f = float(factor)
+            if x and not count.strip().isdecimal():   # int() would take '-1', '+2', '1_0'
+                raise ValueError
+            n = int(count) if x else 1
+        except ValueError:
+            raise ConfigError("slowdown", text,
+                              f"{item!r} is not a number nor FACTORxCOUNT; {_SLOWDOWN_FORMS}") from None
+        if not math.isfinite(f) or f < 1 or n < 1:
+            raise ConfigError("slowdown", text, f"{item!r}: {_SLOWDOWN_FORMS}")
+        runs.append((f, n))
+    given = sum(n for _, n in runs)
+    if workers is not None and runs and given != workers:
+        raise ConfigError("slowdown", text, f"{given} factors for {workers} workers; give {_SLOWDOWN_FORMS}")
+    return [f for f, n in runs for _ in range(n)]
+
+
+def format_slowdown(factors: list[float]) -> str:
+    """Per-worker factors as parse_slowdown reads them back, a run of 3 or more
+    equal factors as FxN: 64 workers fit a table cell ('1x48,2x12,4x4'),
+    '1,1,2,4' stays as it is."""
+    items = []
+    for f, run in itertools.groupby(float(f) for f in factors):
+        n = len(list(run))
+        shown = str(int(f)) if f.is_integer() else repr(f)   # repr: exact, so it reads back the same
+        items += [f"{shown}x{n}"] if n >= 3 else [shown] * n
+    return ",".join(items)
+
+
 def parse_stragglers(text: str, workers: int | None) -> list[Straggle]:
     """'worker:start_iter:iters:factor[,...]' -> explicit transient stragglers
     (workers None: the syntax only, before the number of workers is known)."""
@@ -151,10 +193,7 @@ class Slowdown:
     """The slowdown of one worker, iteration by iteration."""
 
     def __init__(self, config, worker: int, workers: int):
-        factors = config.slowdown_factors()
-        if factors and len(factors) != workers:
-            raise ConfigError("slowdown", config.slowdown,
-                              f"needs one factor per worker ({workers} workers)")
+        factors = config.slowdown_factors(workers)
         self.persistent = factors[worker] if factors else 1.0
         self.straggles = [s for s in parse_stragglers(config.straggler, workers) if s.worker == worker]
         self._random = random_stragglers(config.random_stragglers, worker, config.seed)

@@ -143,6 +143,24 @@ def test_bsp_is_the_replayed_run_bit_for_bit(tmp_path):
     np.testing.assert_allclose(rounds[:-1], 0.080 + 2 * pull_or_push + apply, rtol=1e-9)
 
 
+def test_compact_slowdown_gives_workers_their_factors_and_stays_short(tmp_path):
+    """`--slowdown 1x12,2x4` on 16 workers (no stragglers): workers 12-15
+    sleep twice the others' device time per sample; the log keeps the form
+    given, and the summary row shows it."""
+    from mpips.analysis.summarize import run_row
+
+    log = simulate(tmp_path / "run", "--workers", "16", "--slowdown", "1x12,2x4", "--epochs", "1")
+    it = log.iterations
+    per_sample = [it["slowdown"][it["worker"] == w] / it["batch"][it["worker"] == w] for w in range(16)]
+    base = per_sample[0][0]
+    assert base > 0
+    for w, emulated in enumerate(per_sample):
+        np.testing.assert_allclose(emulated, base * (2 if w >= 12 else 1), rtol=1e-9)
+    assert {e["worker"]: e["factor"] for e in log.events("slowdown")} == {w: 2.0 for w in range(12, 16)}
+    assert log.config["slowdown"] == "1x12,2x4"
+    assert run_row(log, 0.9)["heterogeneity"] == "slowdown 1x12,2x4"
+
+
 def test_a_wait_that_cannot_end_is_a_deadlock_naming_it():
     scheduler = Scheduler()
     scheduler.spawn("worker 1", lambda: scheduler.wait_until(

@@ -55,7 +55,7 @@ def shared():
 
 
 CASES = [  # (id, flags, the field the line names, what it says is allowed)
-    ("slowdown of the wrong length", ["--slowdown", "1,2"], "slowdown", "one factor per worker (3 workers)"),
+    ("slowdown of the wrong length", ["--slowdown", "1,2"], "slowdown", "2 factors for 3 workers"),
     ("malformed straggler", ["--straggler", "1:2"], "straggler", "worker:start_iter:iters:factor"),
     ("straggler of no worker", ["--straggler", "7:2:3:4"], "straggler", "worker in 0..2"),
     ("malformed random stragglers", ["--random-stragglers", "0.1:20"], "random_stragglers", "rate:mean_iters:factor"),
