@@ -79,14 +79,14 @@ def as_dataset(dataset: Any):
 
 def describe_objects(model, dataset, loss) -> dict[str, str]:
     """A run's user objects in words, for run.h5 (RunLog.user_objects)."""
+    from .training.data import dataset_label
     from .training.models import model_label
 
     out = {}
     if model is not None:
         out["model"] = model_label(model)
     if dataset is not None:
-        out["dataset"] = (f"{dataset.name}: {len(dataset.y_train)} training and {len(dataset.y_test)} test "
-                          f"samples of shape {tuple(dataset.input_shape)}, {dataset.num_classes} classes")
+        out["dataset"] = dataset_label(dataset)
     if loss is not None:
         out["loss"] = getattr(loss, "__qualname__", None) or type(loss).__name__
     return out

@@ -26,6 +26,7 @@ COLUMNS = [
     ("run", "run", "s"),
     ("paradigm", "paradigm", "s"),
     ("layout", "S+G+W", "s"),
+    ("workload", "model on data", "s"),
     ("heterogeneity", "heterogeneity", "s"),
     ("runs", "runs", "d"),
     ("time_to_target", "time to {target} (s)", ".2f"),
@@ -46,7 +47,7 @@ COLUMNS = [
 NUMERIC = ["time_to_target", "epochs_to_target", "final_accuracy", "best_accuracy", "wall_seconds", "updates",
            "updates_per_second", "samples_per_second", "mean_wait_fraction", "mean_staleness",
            "max_staleness", "bytes_sent"]
-GROUP_BY = ("paradigm", "layout", "heterogeneity")
+GROUP_BY = ("paradigm", "layout", "workload", "heterogeneity")
 
 
 def find_runs(paths: list[str]) -> list[str]:
@@ -97,6 +98,8 @@ def run_row(log: RunLog, target: float) -> dict:
         "run": log.name,
         "paradigm": paradigm_label(log.config),
         "layout": layout_label(log.layout),
+        # a user's data by its kind only (its shapes: `mpips info`)
+        "workload": f"{log.model} on {log.dataset.split(':')[0]}",
         "heterogeneity": heterogeneity(log.config),
         "seed": log.config["seed"],
         "status": log.status,
@@ -120,7 +123,8 @@ def mean_table(runs):
     if runs.empty:
         return pd.DataFrame(columns=[*GROUP_BY, "runs", "reached", *NUMERIC])
     numeric = runs[NUMERIC].apply(pd.to_numeric, errors="coerce")   # None -> NaN, skipped by mean
-    groups = numeric.groupby([runs[k] for k in GROUP_BY], sort=False)
+    # (rows of older tables, a CSV of summarize's, may lack a key: grouped by those they have)
+    groups = numeric.groupby([runs[k] for k in GROUP_BY if k in runs], sort=False)
     out = groups.mean()
     out.insert(0, "runs", groups.size())
     out.insert(1, "reached", [f"{int(n)}/{int(m)}" for n, m in

@@ -253,6 +253,12 @@ class RunLog:
                 self.segments = int(f.attrs.get("segments", 1))
                 # mpips.train's own model, dataset, loss, in words ({}: the configuration's)
                 self.user_objects = json.loads(f.attrs.get("user_objects", "{}"))
+                # what it trained, by name: a user's objects as they are, not the
+                # configuration's defaults (older logs: the configuration's, or user_objects)
+                named = {**{k: self.config.get(k) for k in ("model", "dataset")}, **self.user_objects}
+                self.model = self.layout.get("model", named["model"])
+                self.dataset = self.layout.get("dataset", named["dataset"])
+                self.simulated = self.layout.get("transport") == "simulated"
                 # the rank files its jobs wrote (older logs: whatever is here)
                 expected = [k + ".h5" for k in f["ranks"]] if "ranks" in f else []
         except Exception as e:  # noqa: BLE001 - damaged HDF5 or JSON raises many kinds
@@ -418,6 +424,9 @@ class RunLog:
         return {
             "run": self.name,
             "paradigm": self.paradigm,
+            "model": self.model,
+            "dataset": self.dataset,
+            "clock": "virtual (simulated)" if self.simulated else "wall",
             "status": self.status,
             "complete": whole["complete"],
             "reason": whole["reason"],

@@ -17,7 +17,7 @@ from ..io.checkpoint import CheckpointError, find_resume
 from ..io.checkpoint import identity as checkpoint_identity
 from ..io.log import RankLog, rank_file, set_status, write_run_header
 from ..paradigms import make_paradigm
-from ..training.data import DataError, load_dataset
+from ..training.data import DataError, dataset_label, load_dataset
 from ..training.flatmodel import FlatModel
 from ..training.models import build_model, check_model, model_label
 from .checkpointer import Checkpointer, Preempted
@@ -161,11 +161,24 @@ def sized(config: Config, paradigm, samples: int, ipe: float) -> tuple[int, floa
     return iterations, ipe, total_samples
 
 
-def announce(ctx: Context, size: int, versions: dict, **more) -> None:
-    """Rank 0: run.h5's header, and the job's one line on stdout."""
+def workload(config: Config, model=None, dataset=None, built=None) -> dict:
+    """What the run trains, by name: the configuration's model and dataset, or
+    a user's objects (mpips.train's `model`, `dataset`) named by what they are
+    (a factory by its name and the module it built): the configuration's names
+    do not describe those (run.h5's layout; RunLog.model, RunLog.dataset)."""
+    name = config.model
+    if model is not None:
+        name = model_label(model)
+        if built is not None and type(built).__name__ not in name:
+            name += f" ({type(built).__name__})"
+    return {"model": name, "dataset": config.dataset if dataset is None else dataset_label(dataset)}
+
+
+def announce(ctx: Context, size: int, versions: dict, trains: dict, **more) -> None:
+    """Rank 0: run.h5's header, and the job's one line on stdout. `trains`: `workload`'s."""
     config, layout = ctx.config, ctx.layout
     write_run_header(ctx.run_dir, config=config.to_dict(), versions=versions,
-                     layout={**layout.to_dict(), "world_size": size, "parameters": ctx.num_params,
+                     layout={**layout.to_dict(), **trains, "world_size": size, "parameters": ctx.num_params,
                              "evaluation": "evaluator" if layout.evaluators else "inline",
                              "iterations_per_worker": ctx.iterations,
                              "iterations_per_epoch": ctx.iterations_per_epoch,
@@ -175,7 +188,7 @@ def announce(ctx: Context, size: int, versions: dict, **more) -> None:
               else f"{ctx.iterations} iterations per worker")
     print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
           f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
-          f" | {config.model} on {config.dataset} ({ctx.num_params} parameters) | {budget}"
+          f" | {trains['model']} on {trains['dataset']} ({ctx.num_params} parameters) | {budget}"
           f" | run {ctx.run_dir}", flush=True)
 
 
@@ -193,6 +206,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
     run_dir = comm.bcast(config.run_dir or default_run_dir(config) if rank == 0 else None)
     config.run_dir = run_dir
 
+    user_model = model
     data, model, paradigm, ipe = _agree(comm, lambda: prepare(config, layout, run_dir, first=rank == 0,
                                                                 model=model, dataset=dataset))
     # Collective on every rank (it splits a node-local communicator); only workers use a GPU.
@@ -224,7 +238,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
                   num_params=flat.n, checkpointer=checkpointer, total_samples=total_samples,
                   budget_table=control, loss_fn=loss)
     if rank == 0:
-        announce(ctx, size, versions())
+        announce(ctx, size, versions(), workload(config, user_model, dataset, model))
     checkpointer.begin(ctx)
     preempted, failed = None, ""
     try:

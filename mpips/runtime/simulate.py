@@ -31,7 +31,7 @@ from ..training.flatmodel import FlatModel
 from .budget import ShardBudget
 from .checkpointer import NoCheckpoints
 from .context import Context
-from .job import TrainingFailed, announce, default_run_dir, judge_training, prepare, sized
+from .job import TrainingFailed, announce, default_run_dir, judge_training, prepare, sized, workload
 from .layout import GROUP_SERVER, SERVER, WORKER, make_layout, ranks_for
 from .levels import decide_groups, global_level, group_level, group_server, profile, start_group_server
 from .local_transport import LocalControlTable, LocalParameterStore, Network, SharedParameters, watch_gates
@@ -95,7 +95,7 @@ def simulate(config: Config) -> str:
             checkpointer=NoCheckpoints(config), total_samples=total_samples, budget_table=control,
             clock=scheduler.clock))
         flats.append(FlatModel(copy.deepcopy(model)))
-    announce(contexts[0], size, versions(), transport="simulated", sim_latency=network.latency,
+    announce(contexts[0], size, versions(), workload(config), transport="simulated", sim_latency=network.latency,
              sim_bandwidth=network.bandwidth, sim_jitter=network.jitter, sim_apply=network.apply)
     contexts[0].checkpointer.begin(contexts[0])
     try:

@@ -49,6 +49,13 @@ class Dataset:
     num_classes: int
 
 
+def dataset_label(data: Dataset) -> str:
+    """How a user's dataset (mpips.train's `dataset`) is named in the run log: its
+    shapes, the configuration's `dataset` naming only the built-in ones."""
+    return (f"{data.name}: {len(data.y_train)} training and {len(data.y_test)} test samples "
+            f"of shape {tuple(data.input_shape)}, {data.num_classes} classes")
+
+
 def load_dataset(cfg) -> Dataset:
     """Load `cfg.dataset`; raises DataError for unusable files."""
     if cfg.dataset == "digits":

@@ -105,7 +105,7 @@ def test_summarize_cli_writes_csv_and_markdown(runs, tmp_path):
         assert int(r["bytes_sent"]) == expected[r["run"]]["bytes_sent"]
     md = (tmp_path / "t.md").read_text().splitlines()
     assert md[0].startswith("| run | paradigm | S+G+W |") and "time to 50%" in md[0]
-    assert len(md) == 4 and md[2].startswith("| ssp | ssp | 1+0+4 | slowdown 1,1,2,4 |")
+    assert len(md) == 4 and md[2].startswith("| ssp | ssp | 1+0+4 | mlp on digits | slowdown 1,1,2,4 |")
     assert f"| {expected['bsp']['updates']} |" in md[3]
     assert "ssp" in p.stdout and "bsp" in p.stdout
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
 
 from conftest import mpiexec, train
+from mpips.analysis import summarize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # a script's own directory comes first on its sys.path: this checkout's mpips next
@@ -73,6 +76,14 @@ def test_a_users_script_trains_its_own_model_data_and_loss(tmp_path):
     assert first["user_objects"] == {
         "model": "<lambda>", "loss": "loss",
         "dataset": "user: 500 training and 100 test samples of shape (6,), 4 classes"}
+    # and every reader names them, from the job's first line on, never the defaults
+    model, data = "<lambda> (Sequential)", "user: 500 training and 100 test samples of shape (6,), 4 classes"
+    assert f"| {model} on {data} (" in out and "mlp on digits" not in out
+    info = subprocess.run([sys.executable, "-m", "mpips", "info", str(run_dir)], stdout=subprocess.PIPE, text=True)
+    lines = dict((line.split(None, 1) + [""])[:2] for line in info.stdout.splitlines())
+    assert (lines["model"], lines["dataset"]) == (model, data), info.stdout
+    table = summarize.render_text(summarize.rows([str(run_dir)], 0.5), 0.5)
+    assert f"{model} on user" in table and "digits" not in table and "mlp" not in table, table
 
 
 def test_a_failing_rank_aborts_the_job_from_python(tmp_path):
