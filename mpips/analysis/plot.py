@@ -5,15 +5,22 @@ pandas DataFrames (`evaluation_frame`, `target_frame`) and their arrays.
     mpips plot runs/ssp -o figures/ --window 2:4    # timeline of seconds 2..4
 
 Writes into the output directory:
-  accuracy.png          accuracy and loss versus wall-clock time, every run
-                        overlaid, one column per emulated cluster
+  accuracy.png          accuracy and loss versus time, a line per run, one
+                        column per emulated cluster
   staleness.png         iteration-staleness histogram of every run
-  time_to_target.png    seconds to the target accuracy, a bar per paradigm and cluster
-  timeline-RUN.png      per worker: wait, pull, compute, emulated slowdown, push
+  time_to_target.png    seconds to the target accuracy, a bar per setting (its
+                        seeds pooled) and cluster
+  timeline-RUN.png      per worker (per speed class beyond 16 workers): wait,
+                        pull, compute, emulated slowdown, push
   dynamics-RUN.png      what the paradigm decided over time, where the log has
                         it: DSSP's r*, Sync-Switch's mode, LB-BSP's batch sizes,
                         VSGD's learning-rate scales, the servers' lr and
                         momentum, GSSP's groups and exchanges, other events
+
+Runs are labelled by their paradigm and the settings that differ between the
+runs plotted (summarize's `differing_settings`), by seed where only that
+differs. Times of simulated runs are virtual (`mpips simulate`), and the axes
+say so.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import argparse
 import math
 import os
 import sys
+import textwrap
 
 import matplotlib
 
@@ -28,13 +36,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from ..config import PARADIGMS  # noqa: E402
 from ..io.log import RunLog  # noqa: E402
 from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
 from ..training.emulation import parse_slowdown  # noqa: E402
-from .summarize import find_runs, heterogeneity, paradigm_label  # noqa: E402
+from .summarize import (CLUSTER_KEYS, PARADIGM_KEYS, differing_settings, find_runs,  # noqa: E402
+                        heterogeneity, paradigm_label, settings, settings_label)
 
 DPI = 110
 # One colour per paradigm, the same in every figure.
@@ -48,6 +58,12 @@ SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
 TIMELINE_EVENTS = {"slowdown", "straggler"}
 RUNTIME_EVENTS = ("rejected_push", "segment", "checkpoint")   # kinds, or prefixes of kinds
 TIMELINE_ITERATIONS = 40   # default timeline window: this many iterations of the slowest worker
+# More workers than this: the timeline has a row per speed class (equal slowdown
+# factors), at most TIMELINE_CLASSES (ranges of factors beyond), in TIMELINE_BINS bins.
+TIMELINE_WORKERS = 16
+TIMELINE_CLASSES = 12
+TIMELINE_BINS = 150
+LINESTYLES = ["-", "--", ":", "-."]   # the runs of one setting (its seeds)
 
 
 def colour(paradigm: str):
@@ -60,61 +76,120 @@ def _save(fig, path: str) -> str:
     return path
 
 
+def time_label(logs: list[RunLog], what: str = "time") -> str:
+    """An axis label for times of these runs: the simulator's are virtual."""
+    simulated = {log.simulated for log in logs}
+    if simulated == {True}:
+        return f"virtual {what} (s)"
+    return f"{what} (s; virtual for simulated runs)" if True in simulated else f"wall-clock {what} (s)"
+
+
+def _title(text: str, width: int) -> str:
+    """A title in lines of at most `width` characters, so none is cut."""
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False))
+
+
+def _shade(c, k: int, n: int):
+    """The k-th of n shades of colour c, from darker to lighter."""
+    if n == 1:
+        return c
+    rgb, t = np.array(to_rgb(c)), -0.45 + 0.9 * k / (n - 1)
+    return tuple(rgb * (1 + t) if t < 0 else rgb + (1 - rgb) * t)
+
+
+def run_labels(logs: list[RunLog]):
+    """One row per run: `cluster` (its figures' panel), `group`: what it ran
+    (the paradigm and the settings that differ between these runs, the
+    cluster aside), the same for its seeds; `label`: the group, with the
+    seed where a cluster has runs of the group that differ by it alone (the
+    run's name where not even that); `colour`: the paradigm's, its shades
+    where it has several groups; `ls`: a line style per run of a group."""
+    if not logs:
+        return pd.DataFrame(columns=["cluster", "group", "paradigm", "seed", "run", "label", "ls", "colour"])
+    every = [settings(log) for log in logs]
+    keys = differing_settings(every, skip=PARADIGM_KEYS + CLUSTER_KEYS)
+    runs = pd.DataFrame({
+        "cluster": [heterogeneity(log.config) for log in logs],
+        "group": [", ".join(filter(None, (paradigm_label(log.config), settings_label(s, keys))))
+                  for log, s in zip(logs, every)],
+        "paradigm": [log.paradigm for log in logs], "seed": [log.config["seed"] for log in logs],
+        "run": [log.name for log in logs]})
+    same = runs.groupby(["cluster", "group"], sort=False)
+    size = same["run"].transform("size")
+    told_apart = np.where(same["seed"].transform("nunique") == size,
+                          ", seed " + runs["seed"].astype(str), ", run " + runs["run"])
+    runs["label"] = runs["group"].where(size == 1, runs["group"] + told_apart)
+    runs["ls"] = [LINESTYLES[k % len(LINESTYLES)] for k in same.cumcount()]
+    shades = {}
+    for paradigm, groups in runs.drop_duplicates("group").groupby("paradigm", sort=False)["group"]:
+        shades.update({g: _shade(colour(paradigm), k, len(groups)) for k, g in enumerate(groups)})
+    runs["colour"] = runs["group"].map(shades)
+    return runs
+
+
 # accuracy and loss versus time ----------------------------------------------
 def evaluation_frame(logs: list[RunLog]):
     """Every run's evaluations in one long DataFrame: `k` (the run's index in
-    `logs`), run, cluster, name (paradigm label), paradigm, then the
-    evaluations' columns (time, epoch, steps, pushes, loss, accuracy)."""
+    `logs`), run, cluster, name (paradigm label), paradigm, group and label
+    (`run_labels`), then the evaluations' columns (time, epoch, steps,
+    pushes, loss, accuracy)."""
+    labels = run_labels(logs)
     parts = [log.evaluations_df.assign(k=k, run=log.name, cluster=heterogeneity(log.config),
-                                       name=paradigm_label(log.config), paradigm=log.paradigm)
+                                       name=paradigm_label(log.config), paradigm=log.paradigm,
+                                       group=labels["group"][k], label=labels["label"][k])
              for k, log in enumerate(logs)]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) -> str:
-    """Accuracy (top) and loss (bottom) versus wall-clock seconds, one column
-    per emulated cluster, one colour per paradigm (seeds share it)."""
-    evaluations = evaluation_frame(logs)
-    clusters = list(dict.fromkeys(heterogeneity(log.config) for log in logs))
-    fig, axes = plt.subplots(2, len(clusters), figsize=(6.5 * len(clusters), 7.5),
-                             sharex="col", squeeze=False)
+    """Accuracy (top) and loss (bottom) versus time, one column per emulated
+    cluster, a line per run (`run_labels`: the seeds of a setting share its
+    colour, in line styles of their own); the accuracy axis spans the data."""
+    evaluations, styles = evaluation_frame(logs), run_labels(logs)
+    clusters = list(dict.fromkeys(styles["cluster"]))
+    short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
+    entries = max(styles["cluster"].value_counts(), default=0)   # legend rows below each column
+    fig, axes = plt.subplots(2, len(clusters), figsize=(6.5 * len(clusters), 7.5 + 0.12 * entries),
+                             sharex="col", squeeze=False, layout="constrained")
     for col, cluster in enumerate(clusters):
         acc, loss = axes[0, col], axes[1, col]
-        labelled = set()
         here = evaluations[evaluations["cluster"] == cluster] if len(evaluations) else evaluations
-        for _, ev in (here.groupby("k", sort=True) if len(here) else ()):
-            name, paradigm = ev["name"].iloc[0], ev["paradigm"].iloc[0]
-            label = name if name not in labelled else None
-            labelled.add(name)
-            # a compressed variant shares its paradigm's colour, dashed
-            style = dict(color=colour(paradigm), lw=1.4, alpha=0.9, label=label,
-                         ls="-" if name == paradigm else "--",
-                         marker="o" if len(ev) <= 25 else None, ms=2.5)
+        for k, ev in (here.groupby("k", sort=True) if len(here) else ()):
+            style = dict(color=styles["colour"][k], ls=styles["ls"][k], lw=1.4, alpha=0.9,
+                         label=styles["label"][k], marker="o" if len(ev) <= 25 else None, ms=2.5)
             acc.plot(ev["time"], ev["accuracy"], **style)
             loss.plot(ev["time"], ev["loss"], **style)
         if target is not None:
             acc.axhline(target, color="black", ls="--", lw=0.8)
-            acc.set_ylim(max(0.0, target - 0.4), 1.0)
-        acc.set_title(cluster, fontsize=10)
+        if len(here):
+            lo, hi = (min(here["accuracy"].min(), target if target is not None else 1.0),
+                      max(here["accuracy"].max(), target if target is not None else 0.0))
+            margin = 0.05 * (hi - lo) or 0.02
+            acc.set_ylim(lo - margin, hi + margin)
+        acc.set_title(_title(short[cluster], 75), fontsize=10)
         acc.set_ylabel("test accuracy")
         loss.set_ylabel("test loss")
         loss.set_yscale("log")
-        loss.set_xlabel("wall-clock time (s)")
+        loss.set_xlabel(time_label(logs))
         for ax in (acc, loss):
             ax.grid(alpha=0.3)
-        acc.legend(fontsize=8, loc="lower right", ncol=2)
-    fig.tight_layout()
+        if len(here):
+            loss.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     return _save(fig, path)
 
 
 # time to the target accuracy -------------------------------------------------
 def target_frame(logs: list[RunLog], target: float):
-    """One row per run: cluster, name (paradigm label), paradigm, seconds
-    to `target` (NaN: never reached), final accuracy (NaN: no evaluation)."""
+    """One row per run: cluster, name (paradigm label), paradigm, group and
+    colour (`run_labels`: its seeds share them), seconds to `target` (NaN:
+    never reached), final accuracy (NaN: no evaluation)."""
+    labels = run_labels(logs)
     return pd.DataFrame({
-        "cluster": [heterogeneity(log.config) for log in logs],
+        "cluster": labels["cluster"],
         "name": [paradigm_label(log.config) for log in logs],
-        "paradigm": [log.paradigm for log in logs],
+        "paradigm": labels["paradigm"],
+        "group": labels["group"],
+        "colour": labels["colour"],
         "time": [log.time_to_accuracy(target) for log in logs],
         "final": [float(log.evaluations["accuracy"][-1]) if len(log.evaluations) else math.nan
                   for log in logs],
@@ -122,31 +197,33 @@ def target_frame(logs: list[RunLog], target: float):
 
 
 def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
-    """A bar per paradigm: seconds until the test accuracy first reached the
-    target (mean over runs, whiskers from the fastest to the slowest run), one
-    panel per emulated cluster; the text gives the mean final accuracy."""
+    """A bar per setting (`run_labels`' group: runs differing by seed alone):
+    seconds until the test accuracy first reached the target (mean over its
+    runs, whiskers from the fastest to the slowest run), one panel per
+    emulated cluster; the text gives the mean final accuracy."""
     runs = target_frame(logs, target)
     order = {p: k for k, p in enumerate(PARADIGMS)}   # the README's order; variants after theirs
     names = (runs.assign(rank=runs["paradigm"].map(lambda p: order.get(p, len(order))))
-             .drop_duplicates("name").sort_values(["rank", "name"])["name"].tolist())
+             .drop_duplicates("group").sort_values("rank", kind="stable")["group"].tolist())
     clusters = list(dict.fromkeys(runs["cluster"]))
+    short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
     fig, axes = plt.subplots(1, len(clusters), figsize=(6.5 * len(clusters), 1.2 + 0.45 * len(names)),
                              squeeze=False, sharey=True)
     for ax, cluster in zip(axes[0], clusters):
         here = runs[runs["cluster"] == cluster]
         longest = float(here["time"].max()) if here["time"].notna().any() else 0.0
         for y, name in enumerate(names):
-            members = here[here["name"] == name]
+            members = here[here["group"] == name]
             if members.empty:
                 continue
             times = members["time"].dropna()
             final = members["final"].mean()
             reached = f"{len(times)}/{len(members)} runs, " if len(members) > 1 else ""
-            paradigm = members["paradigm"].iloc[0]
             if len(times):
                 mean = float(times.mean())
-                ax.barh(y, mean, color=colour(paradigm), alpha=0.85,
-                        hatch="//" if name != paradigm else None, edgecolor="white")
+                ax.barh(y, mean, color=members["colour"].iloc[0], alpha=0.85,
+                        hatch="//" if members["name"].iloc[0] != members["paradigm"].iloc[0] else None,
+                        edgecolor="white")
                 if len(times) > 1:
                     ax.errorbar(mean, y, xerr=[[mean - times.min()], [times.max() - mean]], color="black",
                                 capsize=3, lw=1)
@@ -159,8 +236,8 @@ def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
         ax.set_yticklabels(names)
         ax.set_ylim(len(names) - 0.5, -0.5)
         ax.set_xlim(0, 1.8 * longest if longest else 1)
-        ax.set_xlabel(f"seconds to {100 * target:g}% test accuracy")
-        ax.set_title(cluster, fontsize=10)
+        ax.set_xlabel(time_label(logs, f"time to {100 * target:g}% test accuracy"))
+        ax.set_title(_title(short[cluster], 75), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
@@ -171,13 +248,20 @@ def _ends(rows: np.ndarray) -> np.ndarray:
     return rows["start"] + rows["wait"] + rows["pull"] + rows["compute"] + rows["push"]
 
 
+def _spans(rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Each iteration's seconds in each of SEGMENTS, in their order."""
+    return {"wait": rows["wait"], "pull": rows["pull"], "work": rows["compute"] - rows["slowdown"],
+            "slowdown": rows["slowdown"], "push": rows["push"]}
+
+
 def default_window(log: RunLog) -> tuple[float, float]:
     """About TIMELINE_ITERATIONS iterations of the slowest worker, short
     enough that single iterations stay visible: from just before the first
     transient straggler, or else from a third of the run (past the warm-up)."""
     it = log.iterations
     ends = _ends(it)
-    period = max(ends[it["worker"] == w].max() / (it["worker"] == w).sum() for w in np.unique(it["worker"]))
+    per = pd.DataFrame({"worker": it["worker"], "end": ends}).groupby("worker")["end"].agg(["max", "size"])
+    period = float((per["max"] / per["size"]).max())
     width = min(float(ends.max()), TIMELINE_ITERATIONS * period)
     stragglers = log.events("straggler")
     lo = stragglers[0]["time"] - 0.2 * width if stragglers else ends.max() / 3
@@ -185,60 +269,139 @@ def default_window(log: RunLog) -> tuple[float, float]:
     return lo, lo + width
 
 
-def _draw_timeline(ax, log: RunLog, lo: float, hi: float) -> None:
+def straggler_spans(log: RunLog) -> list[tuple[int, float, float, float]]:
+    """(worker, start, end, factor) of each transient straggler: from its
+    first slowed iteration's start to its last one's end."""
+    it = log.iterations
+    order = np.lexsort((it["iteration"], it["worker"]))
+    key = it["worker"][order].astype(np.int64) << 40 | it["iteration"][order]
+    out = []
+    for s in log.events("straggler"):
+        first, last = np.searchsorted(key, [s["worker"] << 40 | s["iteration"],
+                                            s["worker"] << 40 | (s["iteration"] + s["iterations"])])
+        covered = it[order[first:last]]
+        if len(covered):
+            out.append((s["worker"], float(covered["start"][0]), float(_ends(covered)[-1]), s["factor"]))
+    return out
+
+
+def speed_classes(log: RunLog) -> list[tuple[str, np.ndarray]]:
+    """The timeline's rows beyond TIMELINE_WORKERS workers, fastest first:
+    the workers of each persistent slowdown factor (`--slowdown`), as
+    (label, workers); with more than TIMELINE_CLASSES factors, ranges of
+    factors holding as many workers each."""
+    workers = np.unique(log.iterations["worker"])
+    given = parse_slowdown(log.config.get("slowdown", ""))
+    factors = np.array([given[w] if w < len(given) else 1.0 for w in workers])
+    values = np.unique(factors)
+    if len(values) <= TIMELINE_CLASSES:
+        parts = [np.flatnonzero(factors == v) for v in values]
+    else:
+        parts = np.array_split(np.argsort(factors, kind="stable"), TIMELINE_CLASSES)
+    names = [f"x{factors[p].min():g}" + (f"-{factors[p].max():g}" if np.ptp(factors[p]) else "") for p in parts]
+    return [(f"{name} ({len(p)} worker{'s' * (len(p) > 1)})", workers[np.sort(p)]) for name, p in zip(names, parts)]
+
+
+def _time_before(starts: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """For each x: the sum over `starts` of max(x - start, 0)."""
+    s = np.sort(starts)
+    n = np.searchsorted(s, x, side="right")
+    return n * x - np.concatenate([[0.0], np.cumsum(s)])[n]
+
+
+def segment_shares(rows: np.ndarray, edges: np.ndarray) -> dict[str, np.ndarray]:
+    """Per segment (SEGMENTS' keys): the share of each bin between `edges`
+    that the workers of these iterations spent in it, their mean."""
+    workers = len(np.unique(rows["worker"]))
+    t, out = rows["start"], {}
+    for key, span in _spans(rows).items():
+        # seconds of [t, t + span) before x: max(x - t, 0) - max(x - t - span, 0), summed
+        covered = _time_before(t, edges) - _time_before(t + span, edges)
+        out[key] = np.diff(covered) / (workers * np.diff(edges))
+        t = t + span
+    return out
+
+
+def _draw_workers(ax, log: RunLog, lo: float, hi: float) -> list[str]:
+    """A Gantt row per worker; returns the rows' labels."""
     it = log.iterations
     workers = sorted(int(w) for w in np.unique(it["worker"]))
     factors = parse_slowdown(log.config.get("slowdown", ""))
     for w in workers:
         rows = it[it["worker"] == w]
         t = rows["start"].copy()
-        spans = {"wait": rows["wait"], "pull": rows["pull"],
-                 "work": rows["compute"] - rows["slowdown"], "slowdown": rows["slowdown"],
-                 "push": rows["push"]}
-        for key, fill, _ in SEGMENTS:
-            keep = (t + spans[key] >= lo) & (t <= hi)
-            ax.broken_barh(list(zip(t[keep], spans[key][keep])), (w - 0.35, 0.7), facecolors=fill)
-            t = t + spans[key]
-        for s in log.events("straggler"):
-            covered = rows[(rows["iteration"] >= s["iteration"])
-                           & (rows["iteration"] < s["iteration"] + s["iterations"])]
-            if s.get("worker") != w or not len(covered):
-                continue
-            first, last = float(covered["start"][0]), float(_ends(covered)[-1])
-            ax.add_patch(plt.Rectangle((first, w - 0.5), last - first, 1.0, color="red", alpha=0.12, lw=0))
-            if first < hi and last > lo:
-                ax.text(max(first, lo), w - 0.37, f" straggler x{s['factor']:g}", color="red",
-                        fontsize=7, va="bottom", clip_on=True)
+        for (key, fill, _), span in zip(SEGMENTS, _spans(rows).values()):
+            keep = (t + span >= lo) & (t <= hi)
+            ax.broken_barh(list(zip(t[keep], span[keep])), (w - 0.35, 0.7), facecolors=fill)
+            t = t + span
+    for w, first, last, factor in straggler_spans(log):
+        ax.add_patch(plt.Rectangle((first, w - 0.5), last - first, 1.0, color="red", alpha=0.12, lw=0))
+        if first < hi and last > lo:
+            ax.text(max(first, lo), w - 0.37, f" straggler x{factor:g}", color="red",
+                    fontsize=7, va="bottom", clip_on=True)
+    return [f"worker {w}" + (f" (x{factors[w]:g})" if w < len(factors) else "") for w in workers]
+
+
+def _draw_classes(ax, log: RunLog, lo: float, hi: float) -> list[str]:
+    """A row per speed class: the mean share of each time bin its workers
+    spent in each segment, stacked (white: untimed, or finished); red
+    along a row's top: a worker of the class straggling. Returns the labels."""
+    it = log.iterations
+    classes = speed_classes(log)
+    edges = np.linspace(lo, hi, TIMELINE_BINS + 1)
+    spans = straggler_spans(log)
+    for y, (_, workers) in enumerate(classes):
+        members = set(workers.tolist())
+        base = np.full(TIMELINE_BINS, y + 0.4)   # the row's bottom: the y axis points down
+        shares = segment_shares(it[np.isin(it["worker"], workers)], edges)
+        for (_, fill, _), share in zip(SEGMENTS, shares.values()):
+            ax.stairs(base - 0.8 * share, edges, baseline=base, fill=True, color=fill, lw=0)
+            base = base - 0.8 * share
+        mine = [(first, last) for w, first, last, _ in spans if w in members]
+        if mine:
+            ax.hlines([y - 0.45] * len(mine), *zip(*mine), color="red", lw=2.5)
+    return [name for name, _ in classes]
+
+
+def _draw_timeline(ax, log: RunLog, lo: float, hi: float, per_worker: bool) -> None:
+    labels = (_draw_workers if per_worker else _draw_classes)(ax, log, lo, hi)
     for e in _mode_events(log):
         if lo <= e["time"] <= hi:
             ax.axvline(e["time"], color="purple", lw=1.2)
             ax.text(e["time"], -0.45, f" {e['mode_name']}", color="purple", fontsize=7, va="top")
-    ax.set_yticks(workers)
-    ax.set_yticklabels([f"worker {w}" + (f" (x{factors[w]:g})" if w < len(factors) else "") for w in workers])
-    ax.set_ylim(len(workers) - 0.5, -0.5)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
     ax.set_xlim(lo, hi)
+    ax.set_xlabel(time_label([log]))
 
 
 def timeline_figure(log: RunLog, path: str, window: tuple[float, float] | None = None) -> str:
     """Gantt chart, one row per worker, each iteration split into wait, pull,
     compute, emulated slowdown and push; transient stragglers shaded red.
-    Top: the whole run; bottom: a window where single iterations show."""
+    Beyond TIMELINE_WORKERS workers, a row per speed class instead
+    (`_draw_classes`), so that a thousand workers stay readable. Top: the
+    whole run; bottom: a window where single iterations show."""
     it = log.iterations
     lo, hi = window or default_window(log)
-    rows = len(np.unique(it["worker"]))
-    fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 2.2 + 1.3 * rows))
-    _draw_timeline(whole, log, 0.0, float(_ends(it).max()))
+    workers = len(np.unique(it["worker"]))
+    per_worker = workers <= TIMELINE_WORKERS
+    rows = workers if per_worker else len(speed_classes(log))
+    panel = min(0.65 * rows, 7.5)   # inches: at most ~1,950 px in all
+    fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 2.6 + 2 * panel), layout="constrained")
+    _draw_timeline(whole, log, 0.0, float(_ends(it).max()), per_worker)
     whole.axvspan(lo, hi, color="black", alpha=0.08, lw=0)
-    whole.set_title(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config)} (whole run; "
-                    f"shaded: the window below)", fontsize=10)
-    _draw_timeline(zoom, log, lo, hi)
-    zoom.set_title(f"{lo:.2f} s to {hi:.2f} s", fontsize=9)
-    zoom.set_xlabel("wall-clock time (s)")
-    zoom.legend(handles=[Patch(color=c, label=lab) for _, c, lab in SEGMENTS]
-                + [Patch(facecolor="white", edgecolor="grey", label="untimed (tick, logging, scheduling)"),
-                   Patch(color="red", alpha=0.12, label="transient straggler")],
-                ncol=len(SEGMENTS) + 2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22))
-    fig.tight_layout()
+    rows_are = "worker" if per_worker else "speed class (mean share of each time bin)"
+    whole.set_title(_title(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config, short=True)}, "
+                           f"{workers} workers, a row per {rows_are} (whole run; shaded: the window below)",
+                           150), fontsize=10)
+    _draw_timeline(zoom, log, lo, hi, per_worker)
+    zoom.set_title(f"{time_label([log])}: {lo:.2f} to {hi:.2f}", fontsize=9)
+    fig.legend(handles=[Patch(color=c, label=lab) for _, c, lab in SEGMENTS]
+               + [Patch(facecolor="white", edgecolor="grey",
+                        label="untimed (tick, logging, scheduling)" + ("" if per_worker else " or finished")),
+                  Patch(color="red", alpha=0.12 if per_worker else 1.0, label="transient straggler")],
+               ncol=len(SEGMENTS) + 2, fontsize=8, loc="outside lower center")
     return _save(fig, path)
 
 
@@ -250,17 +413,18 @@ def staleness_figure(logs: list[RunLog], path: str) -> str:
     cols = min(4, len(logs))
     nrows = math.ceil(len(logs) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.8 * nrows), squeeze=False)
-    for ax, log in zip(axes.flat, logs):
+    runs = run_labels(logs)
+    for k, (ax, log) in enumerate(zip(axes.flat, logs)):
         it = log.iterations
         s = it["staleness"]
-        ax.set_title(f"{log.name} ({paradigm_label(log.config)})", fontsize=9)
+        ax.set_title(_title(f"{log.name} ({runs['label'][k]})", 45), fontsize=9)
         if not len(s):
             ax.text(0.5, 0.5, "no iterations logged", transform=ax.transAxes, ha="center")
             ax.set_axis_off()
             continue
         top = max(5, int(np.ceil(np.percentile(s, 99.5))))
         bins = np.arange(top + 2) - 0.5
-        ax.hist(np.minimum(s, top), bins=bins, color=colour(log.paradigm), alpha=0.8, label="iteration")
+        ax.hist(np.minimum(s, top), bins=bins, color=runs["colour"][k], alpha=0.8, label="iteration")
         column, measure = value_staleness_column(it)
         if column:
             v = it[column][np.isfinite(it[column])]
@@ -496,8 +660,9 @@ def dynamics_figure(log: RunLog, path: str) -> str | None:
         draw(ax)
         ax.set_title(title, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("wall-clock time (s)")
-    fig.suptitle(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config)}", fontsize=10)
+    axes[-1, 0].set_xlabel(time_label([log]))
+    fig.suptitle(_title(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config, short=True)}", 120),
+                 fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     return _save(fig, path)
 

@@ -6,15 +6,22 @@
 
 A RUN is a run directory, or a directory of run directories. Everything is
 read through `mpips.io.log.RunLog`. The table is a pandas DataFrame, one row per
-run (`table`), or per paradigm and cluster (`mean_table`); `rows` and
+run (`table`), or per setting, the mean over its seeds (`mean_table`); `rows` and
 `mean_rows` give the same as lists of dicts (None where there is no value).
+Its `settings` column names what else differs between the runs (`differing_settings`,
+`settings_label`, which the figures' labels use too). Times are virtual for
+simulated runs (`clock`), and the headers say so. On a terminal a table wider
+than WIDTH is compacted (two-line headers, what every row shares in a line
+under it, long text wrapped); the CSV keeps every column and the whole text.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import re
 import sys
+import textwrap
 
 import pandas as pd
 
@@ -28,13 +35,15 @@ COLUMNS = [
     ("layout", "S+G+W", "s"),
     ("workload", "model on data", "s"),
     ("heterogeneity", "heterogeneity", "s"),
+    ("settings", "settings", "s"),
+    ("clock", "clock", "s"),
     ("runs", "runs", "d"),
-    ("time_to_target", "time to {target} (s)", ".2f"),
+    ("time_to_target", "{virtual}time to {target} (s)", ".2f"),
     ("epochs_to_target", "epochs to {target}", ".2f"),
     ("reached", "reached", "s"),
     ("final_accuracy", "final acc", "pct"),
     ("best_accuracy", "best acc", "pct"),
-    ("wall_seconds", "wall (s)", ".2f"),
+    ("wall_seconds", "{duration} (s)", ".2f"),
     ("updates", "updates", "d"),
     ("updates_per_second", "updates/s", ".1f"),
     ("samples_per_second", "samples/s", ".0f"),
@@ -47,7 +56,26 @@ COLUMNS = [
 NUMERIC = ["time_to_target", "epochs_to_target", "final_accuracy", "best_accuracy", "wall_seconds", "updates",
            "updates_per_second", "samples_per_second", "mean_wait_fraction", "mean_staleness",
            "max_staleness", "bytes_sent"]
-GROUP_BY = ("paradigm", "layout", "workload", "heterogeneity")
+# A mean pools the runs alike in all of these: their settings but the seed.
+GROUP_BY = ("paradigm", "layout", "workload", "heterogeneity", "clock", "settings")
+# Identify the runs rather than measure them: a compacted text table shows those
+# every row shares in one line under the table.
+DESCRIPTIVE = ("paradigm", "layout", "workload", "heterogeneity", "settings", "clock")
+WIDTH = 160   # characters: a terminal's width, about
+CELL = 40     # characters: a longer cluster is given in a short form in titles
+MIN_CELL = 12   # characters a compacted table narrows a text column to, at the most
+CELL_LINES = 3   # lines of a text cell in a compacted table
+
+# Configuration keys that are no setting: where a run went, and its seed (runs
+# that differ by seed alone repeat one setting, and means pool them).
+NOT_SETTINGS = ("run_dir", "seed")
+# Settings that the tables and figures show apart from the others: the paradigm
+# (its label), the emulated cluster (`heterogeneity`; a panel of its own in the
+# figures), and what `settings` puts for the configuration's servers, workers,
+# model and dataset (what the run really had).
+PARADIGM_KEYS = ("paradigm", "compressor")
+CLUSTER_KEYS = ("slowdown", "straggler", "random_stragglers")
+OWN_COLUMNS = PARADIGM_KEYS + CLUSTER_KEYS + ("layout", "workload", "clock")
 
 
 def find_runs(paths: list[str]) -> list[str]:
@@ -77,30 +105,79 @@ def paradigm_label(config: dict) -> str:
     return config["paradigm"] + (f"+{compressor}" if compressor != "none" else "")
 
 
-def heterogeneity(config: dict) -> str:
-    """The emulated cluster in words, from the configuration."""
+def heterogeneity(config: dict, short: bool = False) -> str:
+    """The emulated cluster in words, from the configuration; `short`: a
+    title's, where the factors or stragglers would not fit in a line."""
     parts = []
     if config.get("slowdown"):
         # short whatever the user wrote: 64 workers as '1x48,2x12,4x4'
-        parts.append(f"slowdown {format_slowdown(parse_slowdown(config['slowdown']))}")
+        factors = parse_slowdown(config["slowdown"])
+        text = format_slowdown(factors)
+        if short and len(text) > CELL:   # many distinct factors
+            text = f"{len(set(factors))} factors {min(factors):g} to {max(factors):g}"
+        parts.append(f"slowdown {text}")
     if config.get("straggler"):
-        parts.append(f"straggler {config['straggler']}")
+        stragglers = config["straggler"].split(",")
+        many = short and len(config["straggler"]) > CELL
+        parts.append(f"{len(stragglers)} stragglers" if many else f"straggler {config['straggler']}")
     if config.get("random_stragglers"):
         parts.append(f"random stragglers {config['random_stragglers']}")
     return "; ".join(parts) or "homogeneous"
 
 
+def workload(log: RunLog) -> str:
+    """'model on data'; a user's data by its kind only (its shapes: `mpips info`)."""
+    return f"{log.model} on {log.dataset.split(':')[0]}"
+
+
+def clock(log: RunLog) -> str:
+    """'virtual': the simulator's clock (`mpips simulate`), else 'wall'."""
+    return "virtual" if log.simulated else "wall"
+
+
+def settings(log: RunLog) -> dict:
+    """What a run ran, but its seed: the configuration, with the layout,
+    workload and clock it really had in place of the configuration's
+    servers, workers (0: the world size's), model and dataset (a user's own)."""
+    config = {k: v for k, v in log.config.items()
+              if k not in NOT_SETTINGS + ("servers", "workers", "model", "dataset")}
+    return {**config, "layout": layout_label(log.layout), "workload": workload(log), "clock": clock(log)}
+
+
+def differing_settings(runs: list[dict], skip=()) -> list[str]:
+    """The keys of these `settings` whose values are not the same in all,
+    in their order, less `skip` (a key one run lacks differs)."""
+    keys = [k for k in dict.fromkeys(k for s in runs for k in s) if k not in skip]
+    return [k for k in keys if len({repr(s.get(k)) for s in runs}) > 1]
+
+
+def settings_label(run: dict, keys: list[str]) -> str:
+    """The values of `keys` in a run's `settings`, named as the command line
+    names them: 'staleness 3, batch-size 32' ('' for no keys). Distinct
+    values read differently, so runs with one label have one setting."""
+    names = {"layout": "S+G+W ", "workload": ""}
+    return ", ".join(f"{names.get(k, k.replace('_', '-') + ' ')}{_setting(run.get(k))}" for k in keys)
+
+
+def _setting(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float) and float(f"{value:g}") == value:
+        return f"{value:g}"   # 'epochs 30', not 30.0; exact, so distinct values stay distinct
+    return "-" if value is None else str(value) or "none"
+
+
 def run_row(log: RunLog, target: float) -> dict:
-    """One run as a row of the table."""
+    """One run as a row of the table (`table` adds its `settings`)."""
     s = log.summary()
     reached = log.time_to_accuracy(target)
     return {
         "run": log.name,
         "paradigm": paradigm_label(log.config),
         "layout": layout_label(log.layout),
-        # a user's data by its kind only (its shapes: `mpips info`)
-        "workload": f"{log.model} on {log.dataset.split(':')[0]}",
+        "workload": workload(log),
         "heterogeneity": heterogeneity(log.config),
+        "clock": clock(log),
         "seed": log.config["seed"],
         "status": log.status,
         "damage": "; ".join(log.problems),   # rank files missing, truncated, unreadable
@@ -111,12 +188,20 @@ def run_row(log: RunLog, target: float) -> dict:
 
 
 def table(run_dirs: list[str], target: float):
-    """One row per run (a DataFrame; NaN where a run has no value)."""
-    return pd.DataFrame([run_row(RunLog(d), target) for d in run_dirs])
+    """One row per run (a DataFrame; NaN where a run has no value); `settings`:
+    what differs between these runs beyond the other columns and the seed."""
+    logs = [RunLog(d) for d in run_dirs]
+    frame = pd.DataFrame([run_row(log, target) for log in logs])
+    every = [settings(log) for log in logs]
+    keys = differing_settings(every, skip=OWN_COLUMNS)
+    if logs:
+        frame.insert(frame.columns.get_loc("heterogeneity") + 1, "settings",
+                     [settings_label(s, keys) for s in every])
+    return frame
 
 
 def mean_table(runs):
-    """One row per (paradigm, layout, heterogeneity), in order of first
+    """One row per setting (GROUP_BY: all but the seed), in order of first
     appearance: the mean over its runs (seeds). Time and epochs to target are
     means over the runs that reached it, and `reached` says how many did."""
     runs = pd.DataFrame(runs)
@@ -124,7 +209,7 @@ def mean_table(runs):
         return pd.DataFrame(columns=[*GROUP_BY, "runs", "reached", *NUMERIC])
     numeric = runs[NUMERIC].apply(pd.to_numeric, errors="coerce")   # None -> NaN, skipped by mean
     # (rows of older tables, a CSV of summarize's, may lack a key: grouped by those they have)
-    groups = numeric.groupby([runs[k] for k in GROUP_BY if k in runs], sort=False)
+    groups = numeric.groupby([runs[k] for k in GROUP_BY if k in runs], sort=False, dropna=False)
     out = groups.mean()
     out.insert(0, "runs", groups.size())
     out.insert(1, "reached", [f"{int(n)}/{int(m)}" for n, m in
@@ -170,20 +255,90 @@ def _as_records(table) -> list[dict]:
 
 
 def _columns(table: list[dict], target: float) -> list[tuple[str, str, str]]:
+    """The (key, header, format) of the columns to show. The clock is a
+    column only where the rows mix simulated and MPI runs: else the headers
+    say which time it is. No settings column where no run has one."""
     present = set().union(*table) if table else set()
-    return [(k, h.format(target=f"{100 * target:g}%"), f) for k, h, f in COLUMNS if k in present]
+    clocks = {r.get("clock") or "wall" for r in table}   # (older rows: MPI's)
+    if len(clocks) < 2:
+        present.discard("clock")
+    if not any(r.get("settings") for r in table):
+        present.discard("settings")
+    virtual = clocks == {"virtual"}
+    duration = "virtual time" if virtual else "wall" if clocks == {"wall"} else "time"
+    return [(k, h.format(target=f"{100 * target:g}%", virtual="virtual " if virtual else "", duration=duration), f)
+            for k, h, f in COLUMNS if k in present]
 
 
-def render_text(table: list[dict], target: float) -> str:
-    """An aligned plain-text table (of dicts or a DataFrame)."""
+def render_text(table: list[dict], target: float, width: int | None = WIDTH) -> str:
+    """An aligned plain-text table (of dicts or a DataFrame). Wider than
+    `width`, it is compacted: headers on two lines, the identifying columns
+    that every row shares said once under the table, and the widest text
+    columns (but the run's name) narrowed until it fits, to MIN_CELL, their
+    text wrapped onto lines of its row."""
     table = _as_records(table)
     cols = _columns(table, target)
-    cells = [[h for _, h, _ in cols]] + [[_cell(r[k], f) for k, _, f in cols] for r in table]
-    widths = [max(len(row[j]) for row in cells) for j in range(len(cols))]
-    lines = ["  ".join(c.ljust(w) if f == "s" else c.rjust(w)
-                       for c, w, (_, _, f) in zip(row, widths, cols)) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = _aligned([[h] for _, h, _ in cols], [[[_cell(r[k], f)] for k, _, f in cols] for r in table], cols)
+    if width is None or len(lines[0]) <= width:
+        return "\n".join(lines)
+    shared = [c for c in cols if c[0] in DESCRIPTIVE and len({r[c[0]] for r in table}) == 1]
+    cols = [c for c in cols if c not in shared]
+    heads = [_two_lines(h) for _, h, _ in cols]
+    body = [[_cell(r[k], f) for k, _, f in cols] for r in table]
+    widths = [max(len(c) for c in [*h, *column]) for h, column in zip(heads, zip(*body))]
+    shortest = [max([MIN_CELL, *map(len, h)]) if f == "s" and k != "run" else w
+                for h, w, (k, _, f) in zip(heads, widths, cols)]
+    while sum(widths) + 2 * (len(widths) - 1) > width and widths != shortest:
+        j = max(range(len(widths)), key=lambda j: widths[j] - shortest[j])
+        widths[j] -= 1
+    body = [[_wrap(c, w) for c, w in zip(row, widths)] for row in body]
+    lines = _aligned(heads, body, cols)
+    note = "; ".join(f"{h} {_cell(table[0][k], f)}" for k, h, f in shared)
+    if note:
+        lines += textwrap.wrap(f"every row: {note}", width, subsequent_indent="  ")
+    if any(cell[-1].endswith("...") for row in body for cell in row):
+        lines.append("(...: cut short; the CSV, --csv, has the whole text)")
     return "\n".join(lines)
+
+
+def _aligned(heads: list[list[str]], body: list[list[list[str]]], cols) -> list[str]:
+    """Header lines, a rule, then the body's, each cell a list of lines
+    (a header's bottom-aligned, a row's top-aligned); text left-aligned,
+    numbers right-aligned."""
+    height = max(map(len, heads), default=1)
+    heads = [[""] * (height - len(h)) + h for h in heads]
+    rows = [list(line) for line in zip(*heads)]
+    for row in body:
+        depth = max(map(len, row), default=1)
+        rows += [list(line) for line in zip(*(cell + [""] * (depth - len(cell)) for cell in row))]
+    widths = [max(len(row[j]) for row in rows) for j in range(len(cols))]
+    lines = ["  ".join(c.ljust(w) if f == "s" else c.rjust(w)
+                       for c, w, (_, _, f) in zip(row, widths, cols)) for row in rows]
+    lines.insert(height, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """`text` in at most CELL_LINES lines of at most `width` characters,
+    broken after a space or a comma where it can be ('1x180,1.5x40,2x26'),
+    the last ending in '...' where that is not all."""
+    lines = [""]
+    for piece in re.findall(r"[^ ,]*[ ,]*", text):
+        if lines[-1] and len(lines[-1] + piece.rstrip()) > width:
+            lines.append("")
+        lines[-1] += piece
+        while len(lines[-1].rstrip()) > width:
+            lines[-1:] = [lines[-1][:width], lines[-1][width:]]
+    lines = [line.rstrip() for line in lines]
+    if len(lines) > CELL_LINES:
+        lines[CELL_LINES - 1:] = [lines[CELL_LINES - 1][:width - 3] + "..."]
+    return lines
+
+
+def _two_lines(header: str) -> list[str]:
+    """A header cut at the space that makes it narrowest."""
+    cuts = [[header[:i], header[i + 1:]] for i, c in enumerate(header) if c == " "]
+    return min(cuts, key=lambda h: max(map(len, h)), default=[header])
 
 
 def render_markdown(table: list[dict], target: float) -> str:
@@ -205,7 +360,7 @@ def main(argv=None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
     p.add_argument("--target", type=float, default=0.9, help="accuracy for the time-to-target column")
-    p.add_argument("--mean", action="store_true", help="one row per paradigm and cluster: mean over runs")
+    p.add_argument("--mean", action="store_true", help="one row per setting: the mean over its seeds")
     p.add_argument("--columns", type=lambda s: s.split(","), metavar="KEY,...",
                    help="only these columns: " + ",".join(k for k, _, _ in COLUMNS))
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
