@@ -10,7 +10,8 @@ Layout of a run directory (the schema is documented in docs/log-schema.md):
 
 Writers append rows to resizable datasets and flush every few seconds in
 SWMR mode, so a job killed at any moment leaves files that open, holding the
-rows up to the last flush. Readers open with swmr=True for the same reason.
+rows up to the last flush. Readers open a file still open for writing with
+swmr=True for the same reason (`_open_rank_file`).
 """
 from __future__ import annotations
 
@@ -224,6 +225,20 @@ def _damage(path: str) -> str:
     return ""
 
 
+def _open_rank_file(path: str) -> h5py.File:
+    """A rank file for reading. A file still open for writing (a running job's,
+    or a killed writer's) is read as SWMR, which sees its rows up to the last
+    flush; any other without SWMR: a SWMR reader retries a metadata read that
+    fails its checksum for many minutes (bytes altered inside a finished file
+    hung every analysis tool), a plain reader fails it at once."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        if "already open for write" not in str(e):
+            raise
+    return h5py.File(path, "r", swmr=True)
+
+
 def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
@@ -282,7 +297,7 @@ class RunLog:
             if info["problem"]:
                 return info
             tables = {}
-            with h5py.File(path, "r", swmr=True) as f:
+            with _open_rank_file(path) as f:
                 segment = int(f.attrs.get("segment", 0))
                 for name in TABLES:
                     if name in f:

@@ -69,7 +69,7 @@ def test_pip_install_then_the_mpips_command(tmp_path):
               cwd=work, timeout=300)
     assert "mpips: ssp | 1 server(s), 4 workers" in out
     table = run([bin_ / "mpips", "summarize", "runs/x"], cwd=work)
-    assert table.splitlines()[2].startswith("x ") and "ssp" in table
+    assert any(line.startswith("x ") for line in table.splitlines()) and "ssp" in table, table
     figures = run([bin_ / "mpips", "plot", "runs/x", "-o", "figs/"], cwd=work).split()
     assert {"accuracy.png", "staleness.png", "time_to_target.png", "timeline-x.png"} <= {
         os.path.basename(f) for f in figures}

@@ -117,9 +117,11 @@ def test_figures_are_written_and_readable(runs, tmp_path):
     assert written == ["accuracy.png", "staleness.png", "time_to_target.png", "timeline-bsp.png",
                        "timeline-ssp.png"]
     clusters = 2   # heterogeneous and homogeneous: one column each
-    expected = {"accuracy.png": (7.5, 6.5 * clusters), "staleness.png": (2.8, 3.6 * 2),
+    # the accuracy figure grows by a legend row per run of a column (one run each here)
+    expected = {"accuracy.png": (7.5 + 0.12, 6.5 * clusters), "staleness.png": (2.8, 3.6 * 2),
                 "time_to_target.png": (1.2 + 0.45 * 2, 6.5 * clusters),
-                "timeline-ssp.png": (2.2 + 1.3 * 4, 13), "timeline-bsp.png": (2.2 + 1.3 * 4, 13)}
+                # two panels of 0.65 in a worker row, 4 workers
+                "timeline-ssp.png": (2.6 + 2 * 0.65 * 4, 13), "timeline-bsp.png": (2.6 + 2 * 0.65 * 4, 13)}
     for name, (h, w) in expected.items():
         path = tmp_path / name
         assert path.stat().st_size > 15_000, f"{name} is nearly empty"
