@@ -40,7 +40,7 @@ from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from ..config import PARADIGMS  # noqa: E402
-from ..io.log import RunLog  # noqa: E402
+from ..io.log import LogError, RunLog  # noqa: E402
 from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
 from ..training.emulation import parse_slowdown  # noqa: E402
 from .summarize import (CLUSTER_KEYS, PARADIGM_KEYS, differing_settings, find_runs,  # noqa: E402
@@ -710,8 +710,15 @@ def main(argv=None, prog: str | None = None) -> int:
     except FileNotFoundError as e:
         print(f"plot: {e}", file=sys.stderr)
         return 2
-    for path in plot_runs(runs, args.out, target=args.target, window=args.window):
-        print(path)
+    try:
+        for path in plot_runs(runs, args.out, target=args.target, window=args.window):
+            print(path)
+    except LogError as e:   # a run.h5 that cannot be read: one line, as info and summarize
+        print(f"plot: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:    # the output: a file where the folder should be, read-only, a full disk
+        print(f"plot: cannot write into {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -385,12 +385,21 @@ def main(argv=None, prog: str | None = None) -> int:
         print(f"not finished (partial logs): {', '.join(unfinished)}")
     for line in damaged:   # their rows count only what could be read
         print(f"summarize: damaged run log {line}", file=sys.stderr)
-    if args.csv:
-        write_csv(table, args.csv)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(render_markdown(table, args.target))
+    for path, write in ((args.csv, lambda: write_csv(table, args.csv)),
+                        (args.markdown, lambda: _write_text(args.markdown, render_markdown(table, args.target)))):
+        if path:
+            try:
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+                write()
+            except OSError as e:   # a directory, a read-only place, a full disk: one line
+                print(f"summarize: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+                return 2
     return 0
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
 
 
 if __name__ == "__main__":

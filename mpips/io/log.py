@@ -225,6 +225,14 @@ def _damage(path: str) -> str:
     return ""
 
 
+def _is_table(node, dtype: np.dtype) -> bool:
+    """Whether an HDF5 node is a table of `dtype` (its columns and their types;
+    strings as HDF5 stores them)."""
+    if not isinstance(node, h5py.Dataset) or node.ndim != 1 or node.dtype.names != dtype.names:
+        return False
+    return all(dtype[k].kind == "O" or node.dtype[k] == dtype[k] for k in dtype.names)
+
+
 def _open_rank_file(path: str) -> h5py.File:
     """A rank file for reading. A file still open for writing (a running job's,
     or a killed writer's) is read as SWMR, which sees its rows up to the last
@@ -299,8 +307,11 @@ class RunLog:
             tables = {}
             with _open_rank_file(path) as f:
                 segment = int(f.attrs.get("segment", 0))
-                for name in TABLES:
+                for name, dtype in TABLES.items():
                     if name in f:
+                        if not _is_table(f[name], dtype):
+                            info["problem"] = f"unreadable (its table {name} is not one of mpips')"
+                            return info
                         tables[name] = f[name][...]
         except Exception as e:  # noqa: BLE001 - damaged HDF5 raises many kinds
             info["problem"] = f"unreadable ({_one_line(e)})"
