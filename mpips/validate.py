@@ -37,3 +37,25 @@ def coerce_to(t: type, name: str, value: Any, shown: Any = None) -> Any:
         return t(value)
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(name, shown, f"must be of type {t.__name__}") from None
+
+
+def number_in(low: float, high: float, *, low_open: bool = False):
+    """An argparse `type` for a command's own numeric option: a finite number in
+    [low, high] (low excluded with `low_open`); NaN, inf or a value outside is
+    the usual one-line usage error naming the option (a NaN target or tolerance
+    made every comparison false, silently)."""
+    import math
+    from argparse import ArgumentTypeError
+
+    where = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ArgumentTypeError(f"{text!r} is not a number (a finite one in {where})") from None
+        if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+            raise ArgumentTypeError(f"{text!r}: a finite number in {where}")
+        return value
+
+    return number

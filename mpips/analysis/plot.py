@@ -42,6 +42,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from ..config import PARADIGMS  # noqa: E402
 from ..io.log import LogError, RunLog  # noqa: E402
 from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
+from ..validate import number_in  # noqa: E402
 from ..training.emulation import parse_slowdown  # noqa: E402
 from .summarize import (CLUSTER_KEYS, PARADIGM_KEYS, differing_settings, find_runs,  # noqa: E402
                         heterogeneity, paradigm_label, settings, settings_label)
@@ -701,7 +702,7 @@ def main(argv=None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="where the PNG files go")
-    p.add_argument("--target", type=float, default=0.9, help="accuracy line drawn on the accuracy plot")
+    p.add_argument("--target", type=number_in(0, 1, low_open=True), default=0.9, help="accuracy line drawn on the accuracy plot")
     p.add_argument("--window", type=_window, metavar="START:END",
                    help="timeline window in seconds (default: the first ~40 iterations of the slowest worker)")
     args = p.parse_args(argv)

@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..io.log import RunLog
 from ..training.emulation import format_slowdown, parse_slowdown
+from ..validate import number_in
 
 # (key, header, format) of the table's columns, in order; `{target}` is filled in.
 COLUMNS = [
@@ -359,7 +360,7 @@ def write_csv(table, path: str) -> None:
 def main(argv=None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
-    p.add_argument("--target", type=float, default=0.9, help="accuracy for the time-to-target column")
+    p.add_argument("--target", type=number_in(0, 1, low_open=True), default=0.9, help="accuracy for the time-to-target column")
     p.add_argument("--mean", action="store_true", help="one row per setting: the mean over its seeds")
     p.add_argument("--columns", type=lambda s: s.split(","), metavar="KEY,...",
                    help="only these columns: " + ",".join(k for k, _, _ in COLUMNS))

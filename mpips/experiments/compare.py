@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from ..config import COMPRESSORS, ConfigError, field_types, load
+from ..validate import number_in
 from ..io.log import RunLog
 from ..paradigms import available
 from ..runtime.layout import ranks_for
@@ -198,10 +199,10 @@ def add_arguments(p) -> None:
                    help="run each in the simulator (`mpips simulate`, virtual time) instead of under MPI")
     p.add_argument("--launcher", default=default_launcher(),
                    help="command that starts N ranks with -n N, e.g. 'srun --mpi=pmix' [default: mpiexec]")
-    p.add_argument("--timeout", type=float, default=None, help="seconds one run may take [default: none]")
+    p.add_argument("--timeout", type=number_in(0, 1e9, low_open=True), default=None, help="seconds one run may take [default: none]")
     p.add_argument("--reuse", action="store_true", default=False,
                    help="keep runs already finished in RUNS (to resume, or redo the table and figures)")
-    p.add_argument("--target", type=float, default=0.9,
+    p.add_argument("--target", type=number_in(0, 1, low_open=True), default=0.9,
                    help="accuracy of the time-to-target column [default: 0.9]")
 
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from ..io.log import RunLog
+from ..validate import number_in
 from .launch import default_launcher, run_to_file
 
 
@@ -118,14 +119,14 @@ def add_parser(sub) -> None:
     p.add_argument("-n", "--ranks", type=int, required=True, help="MPI ranks of each run")
     p.add_argument("--out", default="", help="directory for the runs and search.json "
                                              "[default: runs/<time>-syncswitch-search]")
-    p.add_argument("--low", type=float, default=0.0, help="smallest f searched [0.0]")
-    p.add_argument("--high", type=float, default=1.0, help="largest f searched [1.0 = pure BSP]")
-    p.add_argument("--tolerance", type=float, default=0.5,
+    p.add_argument("--low", type=number_in(0, 1), default=0.0, help="smallest f searched [0.0]")
+    p.add_argument("--high", type=number_in(0, 1), default=1.0, help="largest f searched [1.0 = pure BSP]")
+    p.add_argument("--tolerance", type=number_in(0, 100), default=0.5,
                    help="accuracy points below pure BSP's that are still acceptable [0.5]")
     p.add_argument("--steps", type=int, default=4, help="bisection steps after the low end [4]")
     p.add_argument("--launcher", default=default_launcher(),
                    help="command that starts N ranks with -n N, e.g. 'srun --mpi=pmix' [mpiexec]")
-    p.add_argument("--timeout", type=float, default=None, help="seconds one run may take [none]")
+    p.add_argument("--timeout", type=number_in(0, 1e9, low_open=True), default=None, help="seconds one run may take [none]")
     p.add_argument("train_flags", nargs=argparse.REMAINDER,
                    help="flags of `python -m mpips train` for every run (after --)")
 

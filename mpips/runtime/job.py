@@ -76,6 +76,10 @@ def _check_epoch_size(config: Config, paradigm, samples: int) -> None:
     workers = paradigm.num_workers
     if samples < workers:
         raise ConfigError("workers", workers, f"more than the {samples} training samples of {config.dataset}")
+    if config.batch_size > samples:
+        # one batch beyond the training set: its claim would span passes (epoch 1.39 after one)
+        raise ConfigError("batch_size", config.batch_size,
+                          f"must be <= {samples}, the training samples of {config.dataset}")
     if config.iterations or config.budget == "global":
         return   # sized in iterations, or in samples of the whole set (mpips/runtime/budget.py): nothing to miscount
     total, field = paradigm.round_samples(), paradigm.round_setting

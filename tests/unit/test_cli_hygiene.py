@@ -59,3 +59,37 @@ def test_the_command_and_python_m_find_a_users_module_alike(tmp_path):
                             "--run-dir", str(tmp_path / f"run-{len(command)}")], cwd=tmp_path, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         assert p.returncode == 0, (command, p.stdout[-2000:])
+
+
+COMMAND_NUMBERS = [("summarize", "--target"), ("plot", "--target"), ("compare", "--target"), ("compare", "--timeout"),
+                   ("syncswitch-search", "--low"), ("syncswitch-search", "--high"),
+                   ("syncswitch-search", "--tolerance"), ("syncswitch-search", "--timeout")]
+
+
+@pytest.mark.parametrize("command, option", COMMAND_NUMBERS)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_commands_own_numbers_refuse_nan_and_inf(command, option, value, capsys, tmp_path):
+    required = {"plot": ["RUN", "-o", str(tmp_path)], "summarize": ["RUN"], "syncswitch-search": ["-n", "5"]}
+    with pytest.raises(SystemExit) as e:
+        main([command, *required.get(command, []), f"{option}={value}"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert option in err and "a finite number" in err, err
+
+
+def test_every_numeric_setting_refuses_nan_and_inf():
+    import dataclasses
+
+    from mpips.config import Config
+
+    for f in dataclasses.fields(Config):
+        if isinstance(f.default, float):
+            for value in ("nan", "inf", "-inf"):
+                with pytest.raises(ConfigError, match=f.name):
+                    load(overrides={f.name: value})
+
+
+def test_a_batch_larger_than_the_training_set_is_refused(tmp_path, capsys):
+    # (under the global budget it ran, and its one claim logged epoch 1.39 after a single pass)
+    assert main(["simulate", "--workers", "2", "--batch-size", "2000", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "invalid batch_size=2000: must be <= 1438, the training samples of digits" in capsys.readouterr().err
