@@ -57,6 +57,35 @@ def _agree(comm: MPI.Intracomm, fn):
     return result
 
 
+def _same_job_everywhere(comm: MPI.Intracomm, config: Config, data, model) -> None:
+    """Every rank runs the same job: the same settings, the same parameter
+    shapes, the same data shapes. A rank that differs (a model factory or
+    data that depend on the rank) sizes its one-sided offsets from its own
+    count, so its pushes land in other workers' slots, and the run trains
+    garbage and reports success. SetupError on every rank, naming the ranks."""
+    mine = {"settings": config.to_dict(),
+            "model": [tuple(p.shape) for p in model.parameters()],
+            "data": [tuple(data.x_train.shape), tuple(data.x_test.shape), data.num_classes]}
+    everyone = comm.allgather(mine)
+    # (the data first: a model is built from their shapes)
+    for key, what in (("settings", "settings"), ("data", "data's shapes (training, test, classes)"),
+                      ("model", "model's parameter shapes")):
+        differ = [r for r, theirs in enumerate(everyone) if theirs[key] != everyone[0][key]]
+        if not differ:
+            continue
+        if key == "settings":
+            fields = sorted(k for k in mine[key] if everyone[differ[0]][key].get(k) != everyone[0][key].get(k))
+            shown = ", ".join(f"{k}={everyone[differ[0]][key].get(k)!r} against {everyone[0][key].get(k)!r}"
+                              for k in fields[:3])
+        elif key == "model":
+            count = [sum(int(np.prod(s)) for s in everyone[r][key]) for r in (differ[0], 0)]
+            shown = f"{count[0]} parameters against rank 0's {count[1]}"
+        else:
+            shown = f"{everyone[differ[0]][key]} against rank 0's {everyone[0][key]}"
+        raise SetupError(f"ranks disagree on the {what}: rank(s) {', '.join(map(str, differ))} "
+                         f"({shown}); every rank must build the same job")
+
+
 def _writable_run_dir(run_dir: str) -> None:
     """The run directory exists and takes files (an existing one may not: /proc)."""
     try:
@@ -211,8 +240,10 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
     config.run_dir = run_dir
 
     user_model = model
-    data, model, paradigm, ipe = _agree(comm, lambda: prepare(config, layout, run_dir, first=rank == 0,
+    data, model, paradigm, ipe = _agree(comm, lambda: prepare(config, layout, run_dir, first=False,
                                                                 model=model, dataset=dataset))
+    _same_job_everywhere(comm, config, data, model)
+    _agree(comm, lambda: _writable_run_dir(run_dir) if rank == 0 else None)   # last: bad input leaves none
     # Collective on every rank (it splits a node-local communicator); only workers use a GPU.
     device = _agree(comm, lambda: _device(config, comm))
     if role != WORKER:

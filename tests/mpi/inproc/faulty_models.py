@@ -1,4 +1,4 @@
-"""Users' model functions (`--model faulty_models:NAME`) that cannot train."""
+"""Users' model functions (`--model faulty_models:NAME`) that cannot train (or not alike on every rank)."""
 from torch import nn
 
 
@@ -18,3 +18,11 @@ def one_argument(input_shape):
 def five_classes(input_shape, num_classes):
     """Fewer scores than the dataset has classes."""
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 5))
+
+
+def by_rank(input_shape, num_classes):
+    """A factory that builds a wider model on rank 2 than on the others."""
+    from mpi4py import MPI
+
+    width = 24 if MPI.COMM_WORLD.Get_rank() == 2 else 16
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, width), nn.ReLU(), nn.Linear(width, num_classes))

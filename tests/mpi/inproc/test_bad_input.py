@@ -74,6 +74,10 @@ CASES = [  # (id, flags, the field the line names, what it says is allowed)
      "one_argument(input_shape, num_classes) failed: TypeError"),
     ("model with fewer classes than the labels", ["--model", "faulty_models:five_classes"], "model",
      "needs (batch, 10)"),
+    # a factory that builds another model on rank 2: each rank would size its one-sided
+    # offsets from its own count (loss 7.7e14, accuracy 0.8%, "finished" before)
+    ("a rank with another model", ["--model", "faulty_models:by_rank"], "ranks disagree on the model",
+     "rank(s) 2 (1810 parameters against rank 0's 1210)"),
     ("mnist without images", ["--dataset", "mnist", "--data-dir", "{shared}/mnist-empty"],
      "train-images-idx3-ubyte", "holds 0 images"),
     ("mnist of 0x0 images", ["--dataset", "mnist", "--data-dir", "{shared}/mnist-0x0"],
@@ -133,4 +137,24 @@ def test_bad_input_is_one_line_and_exit_2_on_every_rank(case, shared, capsys):
     else:
         assert errors == [], err
     assert not os.path.exists(run_dir)   # nothing started: no run directory left behind
+    comm.Barrier()
+
+
+@pytest.mark.mpi(min_size=4)
+def test_data_of_another_shape_on_one_rank_is_refused_on_every_rank(shared):
+    """mpips.train with data that depend on the rank: SetupError on every rank, naming it."""
+    import numpy as np
+
+    import mpips
+    from mpips.runtime.job import SetupError
+
+    if comm.Get_size() != 4:
+        pytest.skip("written for 4 ranks")
+    width = 7 if comm.Get_rank() == 1 else 6
+    x = np.random.default_rng(0).normal(size=(40, width)).astype(np.float32)
+    y = np.arange(40) % 4
+    run_dir = os.path.join(shared, "by-rank")
+    with pytest.raises(SetupError, match=r"ranks disagree on the data.s shapes .*rank\(s\) 1 \(\[\(32, 7\)"):
+        mpips.train(epochs=1, dataset=(x[:32], y[:32], x[32:], y[32:]), run_dir=run_dir)
+    assert not os.path.exists(run_dir)
     comm.Barrier()
