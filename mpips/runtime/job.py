@@ -305,18 +305,24 @@ def _check_trained(ctx: Context, worker) -> str:
 
 
 def judge_training(run_dir: str, rejected: int, pushes: int, *, first: bool) -> str:
-    """'' if the run trained, else why not (then run.h5 says `failed`, not
-    `finished`). Rejected pushes (NaN or Inf gradients) are never applied:
-    a run of nothing else made no update. `first`: the rank that says so."""
+    """'' if the run trained, else why not (then run.h5 says `failed` or
+    `diverged`, not `finished`, and the job exits 1). Rejected pushes (NaN or
+    Inf gradients) are never applied: a run of nothing else made no update,
+    and one of mostly those diverged (--lr 1e6: 86 of 90 rejected, and it said
+    `finished`). `first`: the rank that says so."""
     if not rejected:
         return ""
-    if rejected < pushes:
+    if 2 * rejected <= pushes:
         if first:
             print(f"mpips: warning: {rejected} of {pushes} pushes were rejected (NaN or Inf "
                   f"gradients) and not applied", file=sys.stderr, flush=True)
         return ""
-    why = (f"no update was made: all {pushes} pushes were rejected (NaN or Inf gradients); "
-           f"the run did not train (a smaller --lr?)")
+    if rejected < pushes:
+        status, why = "diverged", (f"{rejected} of {pushes} pushes were rejected (NaN or Inf gradients): "
+                                   f"the run diverged (a smaller --lr?)")
+    else:
+        status, why = "failed", (f"no update was made: all {pushes} pushes were rejected (NaN or Inf "
+                                 f"gradients); the run did not train (a smaller --lr?)")
     if first:
-        set_status(run_dir, "failed", why)
+        set_status(run_dir, status, why)
     return why

@@ -628,3 +628,15 @@ def test_hundreds_of_tasks_resume_each_other_in_time_order():
     scheduler.run()
     assert order == sorted(order)
     assert scheduler.switches == 600 * 3
+
+
+def test_a_run_of_mostly_rejected_pushes_ends_diverged(tmp_path, capsys):
+    """At --lr 1e6 the gradients overflow: 86 of 90 pushes rejected. The run
+    says so (status diverged, exit 1), not `finished` with exit 0."""
+    assert main(["simulate", "--run-dir", str(tmp_path / "run"), "--workers", "2", "--lr", "1e6",
+                 "--epochs", "1", "--eval-every", "100"]) == 1
+    assert "pushes were rejected (NaN or Inf gradients): the run diverged" in capsys.readouterr().err
+    log = RunLog(str(tmp_path / "run"))
+    assert log.status == "diverged" and not log.completeness()["complete"]
+    s = log.summary()
+    assert 2 * s["rejected_pushes"] > len(log.iterations) > s["rejected_pushes"]
