@@ -47,10 +47,12 @@ GOAL_HETEROGENEOUS = 1.5
 
 
 class SlowStep:
-    """State of `slowed_allreduce`: this rank's factor and when its step began."""
+    """State of `slowed_allreduce`: this rank's factor, its device time (None:
+    its measured compute) and when its step began."""
 
-    def __init__(self, factor: float):
+    def __init__(self, factor: float, device_time: float | None = None):
         self.factor = factor
+        self.device_time = device_time
         self.started = 0.0
         self.slept = True
 
@@ -60,12 +62,17 @@ class SlowStep:
 
 
 def slowed_allreduce(state: SlowStep, bucket):
-    """DDP communication hook: sleep (factor - 1) x this step's compute time,
+    """DDP communication hook: sleep (factor - 1) x this step's compute time
+    (with a device time: until factor x it has passed since the step began),
     then allreduce as DDP does by default."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    if not state.slept and state.factor > 1:  # once per step, whatever the buckets
-        time.sleep((state.factor - 1) * (time.perf_counter() - state.started))
+    if not state.slept:  # once per step, whatever the buckets
+        elapsed = time.perf_counter() - state.started
+        if state.device_time is not None:
+            time.sleep(max(0.0, state.factor * state.device_time - elapsed))
+        elif state.factor > 1:
+            time.sleep((state.factor - 1) * elapsed)
     state.slept = True
     return allreduce_hook(None, bucket)
 

@@ -25,6 +25,20 @@
 #   MPIPS_MPIRUN_ARGS  extra arguments for mpirun/mpiexec
 #   MPIPS_REQUEUE      1 (default): requeue the job when the training exits with
 #                      status 3 (checkpointed after SIGUSR1, not finished)
+#   MPIPS_MPS          with MPIPS_DEVICE=cuda: 1 starts NVIDIA MPS on this node for
+#                      the run, 0 never; auto (default) when ranks share its GPUs
+#
+# GPUs: ask Slurm for them and say cuda, e.g.
+#     MPIPS_DEVICE=cuda sbatch --gpus-per-node=4 jobs/<paradigm>.slurm
+# Workers and the evaluator compute on GPUs, servers (group servers too)
+# apply on CPUs beside their windows. The GPU ranks of a node take its GPUs in
+# turn: one each when there are enough, shared round-robin when not (a GPU per
+# task: --gpus-per-task=1, each rank then sees its own). Ranks sharing a GPU are
+# time-sliced by the driver unless MPS runs their kernels side by side: on one
+# H100, 8 workers sharing it went from 18,300 to 34,200 samples/s under MPS
+# (benchmarks/results/gpu.md). A multi-node job starts MPS on the first node
+# only; on the others, your site's prolog or `srun --ntasks-per-node=1
+# nvidia-cuda-mps-control -d` does it.
 #
 # SIGUSR1 protocol: Slurm signals this shell T seconds before the time limit
 # (#SBATCH --signal=B:USR1@T); the shell forwards USR1 to the launcher (mpirun
@@ -171,19 +185,52 @@ mpips_launch() {
     return "$rc"
 }
 
-# Configuration fields, read from mpips/config.py without importing the
-# package (whose __init__ may pull in torch and MPI).
+# Configuration fields, from mpips.config (imports neither torch nor MPI). A
+# failure stops the job: without the list, MPIPS_<FIELD> settings would be
+# dropped without a word (as MPIPS_DEVICE was, loading config.py on its own).
 _mpips_fields() {
-    "$MPIPS_PYTHON" - "$MPIPS_ROOT/mpips/config.py" 2>/dev/null <<'EOF' ||
-import dataclasses, importlib.util, sys
-spec = importlib.util.spec_from_file_location("_mpips_config", sys.argv[1])
-mod = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = mod
-spec.loader.exec_module(mod)
-print(" ".join(f.name + (":bool" if isinstance(f.default, bool) else "")
-               for f in dataclasses.fields(mod.Config)))
-EOF
-    echo "servers workers epochs batch_size lr seed staleness groups slowdown dataset nesterov:bool"
+    "$MPIPS_PYTHON" -c 'import dataclasses
+from mpips.config import Config
+print(" ".join(f.name + (":bool" if isinstance(f.default, bool) else "") for f in dataclasses.fields(Config)))'
+}
+
+# --- GPUs ---------------------------------------------------------------------
+_mpips_gpus_here() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
+
+# mpips_start_mps N: start NVIDIA MPS for a job of N ranks when MPIPS_MPS
+# asks for it (auto: when the ranks outnumber the GPUs this node sees); its
+# pipes and log under $TMPDIR, stopped by mpips_stop_mps.
+_mpips_mps_dir=""
+mpips_start_mps() {
+    local n="$1" want="${MPIPS_MPS:-auto}" gpus
+    [ "${MPIPS_DEVICE:-cpu}" = cuda ] || return 0
+    case "$want" in
+        0|no|off) return 0 ;;
+        1|yes|on) ;;
+        auto) gpus="$(_mpips_gpus_here)"; [ "${gpus:-0}" -gt 0 ] && [ "$n" -gt "$gpus" ] || return 0 ;;
+        *) _mpips_err "MPIPS_MPS=$want: expected 1, 0 or auto"; return 2 ;;
+    esac
+    if ! command -v nvidia-cuda-mps-control >/dev/null; then
+        _mpips_err "MPIPS_MPS: nvidia-cuda-mps-control not found; ranks sharing a GPU are time-sliced"
+        return 0
+    fi
+    _mpips_mps_dir="$(mktemp -d "${TMPDIR:-/tmp}/mpips-mps.XXXXXX")"
+    export CUDA_MPS_PIPE_DIRECTORY="$_mpips_mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$_mpips_mps_dir/log"
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d; then
+        _mpips_log "MPS started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
+    else
+        _mpips_err "MPS did not start; ranks sharing a GPU are time-sliced"
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; _mpips_mps_dir=""
+    fi
+}
+
+mpips_stop_mps() {
+    [ -n "$_mpips_mps_dir" ] || return 0
+    echo quit | nvidia-cuda-mps-control
+    _mpips_log "MPS stopped"
+    rm -rf "$_mpips_mps_dir"; _mpips_mps_dir=""
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
 
 # mpips_train PARADIGM [FLAGS...]: train with PARADIGM on the ranks it needs.
@@ -195,7 +242,9 @@ mpips_train() {
     workers="${MPIPS_WORKERS:-4}"
     args+=(--servers "$servers" --workers "$workers")
     [ -n "${MPIPS_CONFIG:-}" ] && args+=(--config "$MPIPS_CONFIG")
-    for name in $(_mpips_fields); do
+    local fields
+    fields="$(_mpips_fields)" || { _mpips_err "cannot read the configuration fields of $MPIPS_ROOT/mpips"; return 2; }
+    for name in $fields; do
         kind="${name#*:}"; name="${name%%:*}"
         case "$name" in paradigm|servers|workers|run_dir) continue ;; esac
         var="MPIPS_${name^^}"
@@ -228,5 +277,9 @@ mpips_train() {
     args+=("$@" ${MPIPS_ARGS:-})
     # the ranks these settings need (a paradigm's group servers, an evaluator): mpips says
     n="$("$MPIPS_PYTHON" -m mpips ranks "${args[@]}")" || return 2
-    mpips_launch "$n" "$MPIPS_PYTHON" -m mpips train "${args[@]}"
+    mpips_start_mps "$n" || return 2
+    local rc=0
+    mpips_launch "$n" "$MPIPS_PYTHON" -m mpips train "${args[@]}" || rc=$?
+    mpips_stop_mps
+    return "$rc"
 }

@@ -51,7 +51,7 @@ class Config:
     dataset: str = _f("digits", "dataset", DATASETS)
     data_dir: str = _f("", "directory with MNIST IDX files or CIFAR-10 python batches")
     model: str = _f("mlp", "mlp, lenet5, resnet, or package.module:function")
-    device: str = _f("cpu", "where workers compute", DEVICES)
+    device: str = _f("cpu", "where workers and the evaluator compute (servers: the cpu)", DEVICES)
     epochs: float = _f(5.0, "passes over the training set (budget global: by all workers together; "
                             "per-worker: over each worker's shard)")
     iterations: int = _f(0, "iterations per worker (budget global: workers x iterations x batch-size "

@@ -30,8 +30,10 @@ ITERATION = np.dtype([
     ("push", "f8"), ("batch", "i4"), ("scale", "f4"), ("lr_scale", "f4"),
     ("staleness", "i8"), ("value_staleness", "f4"), ("value_staleness_bound", "f4"),
     ("bytes_sent", "i8"), ("bytes_dense", "i8"), ("loss", "f4"), ("rejected", "i1"),
-    ("sample", "i8"), ("overrun", "i1"),
+    ("sample", "i8"), ("overrun", "i1"), ("h2d", "f8"), ("d2h", "f8"),
 ])
+# Columns added since a table was first written: a log that predates them reads them as 0.
+ADDED = {"iterations": ("h2d", "d2h")}
 APPLY = np.dtype([
     ("server", "i4"), ("time", "f8"), ("wait", "f8"), ("apply", "f8"), ("pushes", "i4"),
     ("total_pushes", "i8"), ("step", "i8"), ("update_norm", "f4"), ("lr", "f4"), ("momentum", "f4"),
@@ -233,6 +235,20 @@ def _is_table(node, dtype: np.dtype) -> bool:
     return all(dtype[k].kind == "O" or node.dtype[k] == dtype[k] for k in dtype.names)
 
 
+def _read_table(node, name: str, dtype: np.dtype) -> np.ndarray | None:
+    """A table's rows as `dtype`, those of an older mpips with the columns
+    added since as 0; None if the node is not such a table."""
+    if _is_table(node, dtype):
+        return node[...]
+    older = np.dtype([(k, dtype[k]) for k in dtype.names if k not in ADDED.get(name, ())])
+    if older == dtype or not _is_table(node, older):
+        return None
+    rows, old = np.zeros(node.shape, dtype), node[...]
+    for k in older.names:
+        rows[k] = old[k]
+    return rows
+
+
 def _open_rank_file(path: str) -> h5py.File:
     """A rank file for reading. A file still open for writing (a running job's,
     or a killed writer's) is read as SWMR, which sees its rows up to the last
@@ -309,10 +325,10 @@ class RunLog:
                 segment = int(f.attrs.get("segment", 0))
                 for name, dtype in TABLES.items():
                     if name in f:
-                        if not _is_table(f[name], dtype):
+                        tables[name] = _read_table(f[name], name, dtype)
+                        if tables[name] is None:
                             info["problem"] = f"unreadable (its table {name} is not one of mpips')"
                             return info
-                        tables[name] = f[name][...]
         except Exception as e:  # noqa: BLE001 - damaged HDF5 raises many kinds
             info["problem"] = f"unreadable ({_one_line(e)})"
             return info

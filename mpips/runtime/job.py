@@ -123,15 +123,23 @@ def _check_epoch_size(config: Config, paradigm, samples: int) -> None:
                       f"(an epoch); use a smaller batch, or --iterations")
 
 
-def _device(config: Config, comm: MPI.Intracomm) -> torch.device:
-    if config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available()):
+def gpu_index(wants_gpu: list[bool], local_rank: int, gpus: int) -> int:
+    """The GPU of a node's rank `local_rank`: the node's ranks that use one
+    (`wants_gpu`, in local rank order) take the `gpus` it sees in turn, one
+    each when there are enough, shared round-robin when not."""
+    return sum(wants_gpu[:local_rank]) % gpus
+
+
+def _device(config: Config, comm: MPI.Intracomm, *, wants_gpu: bool) -> torch.device:
+    """This rank's device (under Slurm's per-task GPU binding each rank sees its own one)."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    users, local_rank = local.allgather(wants_gpu), local.Get_rank()
+    local.Free()
+    if not wants_gpu or config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise ConfigError("device", "cuda", "no CUDA device visible to this rank; use cpu or auto")
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    index = local.Get_rank() % torch.cuda.device_count()
-    local.Free()
-    return torch.device("cuda", index)
+    return torch.device("cuda", gpu_index(users, local_rank, torch.cuda.device_count()))
 
 
 def warm_up(flat: FlatModel, data, batch_size: int, loss=None) -> None:
@@ -244,10 +252,9 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
                                                                 model=model, dataset=dataset))
     _same_job_everywhere(comm, config, data, model)
     _agree(comm, lambda: _writable_run_dir(run_dir) if rank == 0 else None)   # last: bad input leaves none
-    # Collective on every rank (it splits a node-local communicator); only workers use a GPU.
-    device = _agree(comm, lambda: _device(config, comm))
-    if role != WORKER:
-        device = torch.device("cpu")
+    # Collective on every rank (it splits a node-local communicator); workers and the
+    # evaluator compute on GPUs, servers apply on the CPU beside their windows.
+    device = _agree(comm, lambda: _device(config, comm, wants_gpu=role in (WORKER, EVALUATOR)))
     flat = FlatModel(model, device)
     if role == WORKER:
         warm_up(flat, data, config.batch_size, loss)

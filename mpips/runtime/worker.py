@@ -38,6 +38,7 @@ class Worker:
         self.samples = 0
         self.overruns = 0
         self.busy = 0.0                   # of the last iteration
+        self.h2d = self.d2h = 0.0         # seconds of the last compute copying to and from a GPU
 
     # ------------------------------------------------------------------
     def run(self) -> None:
@@ -103,8 +104,7 @@ class Worker:
 
         clock = ctx.clock
         t = clock.perf_counter()
-        ctx.store.pull(flat.host_params)
-        flat.params_from_host()
+        ctx.store.pull(flat.host_params)   # to the GPU in compute_gradient
         read_updates, read_path = view.updates, view.path_length
         if ctx.paradigm.wants_exact_distance:
             self._read = flat.host_params.copy()
@@ -162,7 +162,7 @@ class Worker:
         ctx.log.row("iterations", i, it, self.clock - 1, clock_gap, start, waited, pull_time,
                     compute, sleep, push_time, batch.size, decision.scale, decision.lr_scale,
                     staleness, vs, vsb, sent, self.dense_bytes, loss_value, int(rejected),
-                    batch.start, int(overrun))
+                    batch.start, int(overrun), self.h2d, self.d2h)
 
     def emulated_compute(self, it: int, batch) -> tuple[float, float, float, bool]:
         """The real forward/backward, then the emulated device's time slept
@@ -187,17 +187,26 @@ class Worker:
         return loss_value, elapsed, max(0.0, elapsed - compute), overrun
 
     def compute_gradient(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-        """Forward/backward on one batch into the flat gradient (host side);
-        returns (loss, seconds)."""
+        """Forward/backward on one batch at the pulled parameters into the
+        flat gradient (host side); returns (loss, seconds). On a GPU the
+        seconds of the copies to it and back are kept in self.h2d, self.d2h."""
         flat, clock = self.flat, self.ctx.clock
         t = clock.perf_counter()
+        flat.params_from_host()
         x, y = x.to(flat.device, non_blocking=True), y.to(flat.device, non_blocking=True)
+        flat.synchronize()
+        copied = clock.perf_counter()
         flat.zero_grad()
         loss = self.loss_fn(flat.model(x), y)
         loss.backward()
         flat.check_grad_views()
+        loss_value = float(loss.detach())   # waits for the backward pass as well (one stream)
+        computed = clock.perf_counter()
         flat.grads_to_host()
-        return float(loss.detach()), clock.perf_counter() - t
+        end = clock.perf_counter()
+        if flat.device.type != "cpu":
+            self.h2d, self.d2h = copied - t, end - computed
+        return loss_value, end - t
 
     def _send(self, grad: np.ndarray, *, epoch_end: bool, key: int = 0, slot_free: bool = False) -> int:
         """Push `grad`, compressed if configured, into this worker's slot on

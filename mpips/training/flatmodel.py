@@ -32,7 +32,8 @@ class FlatModel:
             self.host_params = self.params.numpy()
             self.host_grads = self.grads.numpy()
         else:
-            self.host_params = torch.zeros(self.n, dtype=torch.float32).pin_memory().numpy()
+            # pinned: copies to and from the GPU go by DMA, without a staging copy
+            self.host_params = self.params.cpu().pin_memory().numpy()
             self.host_grads = torch.zeros(self.n, dtype=torch.float32).pin_memory().numpy()
 
     def params_from_host(self) -> None:
@@ -44,6 +45,11 @@ class FlatModel:
         """Before a push from `host_grads`."""
         if self.device.type != "cpu":
             torch.from_numpy(self.host_grads).copy_(self.grads)
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (nothing to wait for on the CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def zero_grad(self) -> None:
         self.grads.zero_()

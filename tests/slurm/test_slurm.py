@@ -114,6 +114,25 @@ def test_usr1_is_forwarded_and_requeues(slurm, tmp_path):
     assert slurm.job_info(job)["Restarts"] == "1"
 
 
+def test_gpu_settings_reach_the_job(slurm, tmp_path):
+    """MPIPS_DEVICE=cuda and MPIPS_MPS as a GPU user sets them, on this node
+    without a GPU: the script says MPS cannot start, the job ends with the
+    one-line device error (never a hang), and a bad MPIPS_MPS is refused."""
+    env = {"MPIPS_EPOCHS": "1", "MPIPS_WORKERS": "2", "MPIPS_DEVICE": "cuda", "MPIPS_MPS": "1",
+           "MPIPS_RUN_DIR": tmp_path / "run"}
+    job = slurm.submit(REPO / "jobs" / "bsp.slurm", env=env, args=["--ntasks=3"], cwd=tmp_path)
+    assert slurm.wait(job, timeout=300) == "FAILED", slurm.describe(job)
+    out = _output(slurm, job)
+    if shutil.which("nvidia-cuda-mps-control") is None:
+        assert "nvidia-cuda-mps-control not found" in out, out
+    assert "--device cuda" in out and "no CUDA device visible" in out, out
+    assert "Traceback" not in out, out
+    job = slurm.submit(REPO / "jobs" / "bsp.slurm", env={**env, "MPIPS_MPS": "maybe"}, args=["--ntasks=3"],
+                       cwd=tmp_path)
+    assert slurm.wait(job, timeout=120) == "FAILED", slurm.describe(job)
+    assert "MPIPS_MPS=maybe: expected 1, 0 or auto" in _output(slurm, job)
+
+
 FAKE_MAIN = """\
 import json, sys
 from mpi4py import MPI

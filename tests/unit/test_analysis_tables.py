@@ -66,7 +66,7 @@ def write_log(run_dir, *, varying: bool) -> RunLog:
             batch = 16 + (w * k if varying else 0)
             log.row("iterations", w, k, k, 0, t, 0.01, 0.001, 0.05, 0.0, 0.001, batch, 0.5,
                     1 / (1 + k % 3) if varying else 1.0, k % 3, k % 3 if varying else math.nan,
-                    math.nan, 40, 40, 1.0, 0, -1, 0)
+                    math.nan, 40, 40, 1.0, 0, -1, 0, 0.0, 0.0)
         if varying:
             log.event(t, "dssp_controller", r_star=k % 4, gap=3)
             log.event(t, "group_exchange", group=k % 2)

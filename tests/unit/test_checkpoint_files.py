@@ -202,7 +202,7 @@ def test_resume_only_an_unfinished_run(tmp_path):
 def _iterations(log, worker, iterations):
     for it in iterations:
         log.row("iterations", worker, it, it, 0, float(it), 0, 0, 0, 0, 0, 16, 1, 1, 0,
-                np.nan, np.nan, 0, 0, 0.5, 0, -1, 0)
+                np.nan, np.nan, 0, 0, 0.5, 0, -1, 0, 0.0, 0.0)
 
 
 def test_runlog_reads_every_segment_and_leaves_out_lost_work(tmp_path):

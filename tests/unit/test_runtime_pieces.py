@@ -2,6 +2,7 @@
 import json
 import os
 
+import h5py
 import numpy as np
 import torch
 import pytest
@@ -105,7 +106,7 @@ def test_log_roundtrip(tmp_path):
     server, worker = RankLog(os.path.join(run, "rank-0.h5"), 0), RankLog(os.path.join(run, "rank-1.h5"), 1)
     for i in range(3):
         worker.row("iterations", 0, i, i, 0, 0.1 * i, 0.0, 0.01, 0.02, 0.0, 0.01, 16, 1.0, 1.0, i, np.nan,
-                   np.nan, 100, 100, 1.5, 0, 16 * i, 0)
+                   np.nan, 100, 100, 1.5, 0, 16 * i, 0, 0.0, 0.0)
         server.row("applies", 0, 0.1 * i + 0.05, 0.0, 0.001, 1, i + 1, i + 1, 0.5, 0.1, 0.9)
     server.row("evaluations", 0.3, 3.0, 3, 3, 0.5, 0.75)
     worker.event(0.2, "rejected_push", worker=0, iteration=9, reason="nan")
@@ -179,3 +180,36 @@ def test_server_sgd_is_torch_sgd_bit_for_bit(momentum, nesterov, decay):
             saved = decode(*encode(ours.state()))
             ours = ServerOptimizer(cfg, shard)
             ours.load_state(saved)
+
+
+def test_a_log_from_before_the_copy_columns_reads_them_as_zero(tmp_path):
+    """Rank files written before `h2d`/`d2h` existed stay readable (as 0);
+    a table missing other columns is still not mpips'."""
+    from mpips.io.log import ITERATION
+
+    test_log_roundtrip(tmp_path)
+    path = os.path.join(str(tmp_path), "rank-1.h5")
+    older = np.dtype([(k, ITERATION[k]) for k in ITERATION.names if k not in ("h2d", "d2h")])
+    with h5py.File(path, "r+") as f:
+        rows = f["iterations"][...]
+        del f["iterations"]
+        f.create_dataset("iterations", data=np.array([tuple(r[k] for k in older.names) for r in rows], older),
+                         maxshape=(None,))
+    r = RunLog(str(tmp_path))
+    assert r.completeness()["complete"] and len(r.iterations) == 3
+    assert (r.iterations["h2d"] == 0).all() and r.iterations["staleness"].tolist() == [0, 1, 2]
+    with h5py.File(path, "r+") as f:
+        del f["iterations"]
+        f.create_dataset("iterations", data=np.zeros(3, [(k, older[k]) for k in older.names[:-1]]))
+    assert "is not one of mpips'" in RunLog(str(tmp_path)).files["rank-1.h5"]["problem"]
+
+
+def test_ranks_sharing_a_node_take_its_gpus_in_turn():
+    """Servers (False) take none; workers and the evaluator (True) one each
+    while there are enough, then round-robin."""
+    from mpips.runtime.job import gpu_index
+
+    node = [False, True, True, True, True, True]            # server, 4 workers, evaluator
+    assert [gpu_index(node, r, 8) for r in range(1, 6)] == [0, 1, 2, 3, 4]
+    assert [gpu_index(node, r, 2) for r in range(1, 6)] == [0, 1, 0, 1, 0]
+    assert [gpu_index(node, r, 1) for r in range(1, 6)] == [0] * 5
