@@ -122,6 +122,7 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
     from .runtime.checkpointer import Preempted
     from .runtime.job import SetupError, TrainingFailed
     from .runtime.job import train as run
+    from .runtime.rendezvous import SetupTimeout
 
     try:
         run_dir = run(config, comm, model=model, dataset=dataset, loss=loss)
@@ -131,6 +132,9 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
         return RunLog(run_dir)
     except (SetupError, TrainingFailed, Preempted, ConfigError):
         raise   # the same on every rank: the job ends cleanly
+    except SetupTimeout as e:   # a rank that never arrived cannot take part in an orderly exit
+        print(f"mpips: error: {e}", file=sys.stderr, flush=True)
+        comm.Abort(e.status)
     except BaseException as e:  # noqa: BLE001 - any other failure must end the whole job
         abort_job(comm, e)
         raise

@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import signal
 import sys
 import traceback
 
@@ -123,34 +124,59 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def cmd_train(args, comm=None) -> int:
-    """`comm`: the ranks the job runs on (default COMM_WORLD: every rank of the launch)."""
-    # SIGUSR1 (preemption) asks the trainer for a checkpoint; one that comes
-    # before it can take one is remembered (`python -m mpips` did this first
-    # of all), and once the run is finished it must not kill the rank.
-    preemption.remember()
+def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
+    """`comm`: the ranks the job runs on (default COMM_WORLD: every rank of the launch).
+    `plugin_error`: this rank could not load a plugin (then `args` is None)."""
+    # SIGUSR1 (preemption), SIGTERM and SIGINT ask the trainer for a checkpoint and
+    # an exit; one that comes before it can take one is remembered (`python -m
+    # mpips` did this first of all for USR1), and once the job has ended none
+    # may kill the rank (mpips/runtime/preemption.py).
+    preemption.remember(*preemption.STOPS)
     from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD if comm is None else comm
-    overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
-    try:
-        config = load(getattr(args, "config", None), overrides)
-    except ConfigError as e:
-        return _fail(str(e)) if comm.Get_rank() == 0 else 2
+    from .runtime.rendezvous import SetupTimeout, allgather_within
 
-    from .runtime.checkpointer import PREEMPTED_EXIT, Preempted
+    comm = MPI.COMM_WORLD if comm is None else comm
+    config, error = None, plugin_error
+    if error is None:
+        try:
+            config = load(getattr(args, "config", None), {k: v for k, v in vars(args).items() if k not in _OWN})
+        except ConfigError as e:
+            error = str(e)
+    # A plugin or a file that only some ranks fail to read: every rank hears of it,
+    # rank 0 says which (alone, a failed rank's exit left the others waiting forever).
+    waits = config or Config()
+    try:
+        errors = allgather_within(comm, error, what="set-up (plugins and configuration)",
+                                  warn=waits.stall_warn, timeout=waits.stall_timeout)
+    except SetupTimeout as e:
+        _fail(str(e))
+        comm.Abort(2)
+    failed = [r for r, e in enumerate(errors) if e]
+    if failed:
+        message = (errors[failed[0]] if len(failed) == len(errors) or failed[0] == 0
+                   else f"rank {failed[0]}: {errors[failed[0]]}")
+        return _fail(message) if comm.Get_rank() == 0 else 2
+
+    from .runtime.checkpointer import Preempted
     from .runtime.job import SetupError, TrainingFailed, train
 
     try:
         train(config, comm)
+    except SetupTimeout as e:   # a rank that never arrived cannot take part in an orderly exit
+        _fail(str(e), e.status)
+        comm.Abort(e.status)
     except SetupError as e:
         return _fail(str(e)) if comm.Get_rank() == 0 else 2
     except TrainingFailed as e:
         return _fail(str(e), 1) if comm.Get_rank() == 0 else 1
-    except Preempted:
-        return PREEMPTED_EXIT  # checkpointed, not finished: jobs/common.sh requeues the job
+    except Preempted as e:
+        # checkpointed, not finished: jobs/common.sh requeues the job after USR1 (3), not after TERM/INT
+        return e.status
     except BaseException as e:  # noqa: BLE001 - any failure must end the whole job
         abort_job(comm, e)
+    finally:
+        preemption.ignore()
     return 0
 
 
@@ -162,15 +188,37 @@ def cmd_simulate(args) -> int:
     from .runtime.wait import StallError
     from .training.data import DataError
 
+    # A stop signal ends the simulation where it is, its logs flushed (before,
+    # SIGUSR1 lost every worker's rows): no checkpoints in virtual time.
+    previous = {s: signal.signal(s, _stop_simulation) for s in preemption.STOPS}
     try:
         simulate(load(getattr(args, "config", None), overrides))
     except (ConfigError, DataError) as e:
         return _fail(str(e))
     except TrainingFailed as e:
         return _fail(str(e), 1)
-    except (TaskFailed, StallError) as e:
+    except (TaskFailed, StallError, SimulationStopped) as e:
+        stop = e if isinstance(e, SimulationStopped) else e.__cause__
+        if isinstance(stop, SimulationStopped):
+            return _fail(f"the simulation stopped on {signal.Signals(stop.signum).name}; its logs so far "
+                         f"are written (the run is incomplete)", 128 + stop.signum)
         return _fail(f"the simulated job failed: {e}", 1)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
+
+
+class SimulationStopped(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop_simulation(signum, frame):
+    for s in preemption.STOPS:   # the first one stops it; the logs are being closed
+        signal.signal(s, signal.SIG_IGN)
+    raise SimulationStopped(signum)
 
 
 def cmd_ranks(args) -> int:
@@ -237,8 +285,9 @@ def _main(argv: list[str], comm) -> int:
     try:
         load_plugins(pre.parse_known_args(argv)[0].plugin)
     except PluginError as e:
-        # every rank fails alike; one says so
-        return _fail(str(e)) if _launched_rank() in (None, "0") else 2
+        if argv[:1] == ["train"]:   # the job's other ranks may have loaded it: they hear of it
+            return cmd_train(None, comm, plugin_error=str(e))
+        return _fail(str(e))
     args = parser().parse_args(argv)
     if args.command == "train":
         return cmd_train(args, comm)

@@ -122,6 +122,8 @@ class Config:
                                 "(which moves each push's bytes at sim-bandwidth)")
     # runtime -----------------------------------------------------------------
     run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
+    overwrite: bool = _f(False, "start afresh in a run directory that holds another run, removing its "
+                                "files (off: such a directory is refused; a checkpoint is resumed)")
     eval_every: float = _f(1.0, "evaluate every this many epochs of updates")
     evaluator: bool = _f(False, "evaluate on one extra rank (after the workers) that reads the "
                                 "parameters without stopping anyone; off: server 0 evaluates inline")

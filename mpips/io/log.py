@@ -63,12 +63,14 @@ def rank_file(run_dir: str, rank: int, segment: int = 0) -> str:
 class RankLog:
     """One rank's log file; rows are buffered and appended on `flush`."""
 
-    def __init__(self, path: str, rank: int, *, flush_seconds: float = 2.0, segment: int = 0):
+    def __init__(self, path: str, rank: int, *, flush_seconds: float = 2.0, segment: int = 0,
+                 run_id: str = ""):
         self.rank = rank
         self.flush_seconds = flush_seconds
         self._file = h5py.File(path, "w", libver="latest")
         self._file.attrs["rank"] = rank
         self._file.attrs["segment"] = segment
+        self._file.attrs["run_id"] = run_id   # the reader takes only files of its run (mpips/io/rundir.py)
         self._sets = {name: self._file.create_dataset(name, shape=(0,), maxshape=(None,),
                                                       dtype=dt, chunks=(256,))
                       for name, dt in TABLES.items()}
@@ -110,8 +112,17 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def run_id_of(run_dir: str) -> str | None:
+    """The id in run.h5 (None: no readable run.h5, or one older than ids)."""
+    try:
+        with h5py.File(os.path.join(run_dir, "run.h5"), "r") as f:
+            return str(f.attrs["run_id"]) if "run_id" in f.attrs else None
+    except (OSError, KeyError):
+        return None
+
+
 def write_run_header(run_dir: str, *, config: dict, layout: dict, versions: dict,
-                     ranks: list[int], segment: int = 0) -> None:
+                     ranks: list[int], segment: int = 0, run_id: str = "") -> None:
     """run.h5 at the start: what was run, on what, and where the rank logs are.
     A job resumed from a checkpoint (segment k > 0) adds to it: the settings
     of the latest segment, `segments` = k + 1, links to its rank files."""
@@ -120,6 +131,7 @@ def write_run_header(run_dir: str, *, config: dict, layout: dict, versions: dict
         f.attrs["layout"] = json.dumps(layout)
         f.attrs["versions"] = json.dumps(versions)
         f.attrs["segments"] = segment + 1
+        f.attrs["run_id"] = run_id
         if segment == 0:
             f.attrs["started"] = time.time()
         else:
@@ -150,6 +162,14 @@ def set_status(run_dir: str, status: str, reason: str = "") -> None:
     with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
         f.attrs["status"] = status
         f.attrs["status_reason"] = reason
+
+
+def add_status_reason(run_dir: str, reason: str) -> None:
+    """Say more about how the run ended, its status kept (e.g. a rank that
+    did not reach the end of a run whose training finished)."""
+    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
+        old = str(f.attrs.get("status_reason", ""))
+        f.attrs["status_reason"] = f"{old}; {reason}" if old else reason
 
 
 def set_user_objects(run_dir: str, objects: dict[str, str]) -> None:
@@ -290,6 +310,7 @@ class RunLog:
                 self.wall_seconds = float(f.attrs["wall_seconds"]) if "wall_seconds" in f.attrs else None
                 self._final = f["final_params"][...] if "final_params" in f else None
                 self.segments = int(f.attrs.get("segments", 1))
+                self.run_id = str(f.attrs["run_id"]) if "run_id" in f.attrs else ""   # "": older than ids
                 # mpips.train's own model, dataset, loss, in words ({}: the configuration's)
                 self.user_objects = json.loads(f.attrs.get("user_objects", "{}"))
                 # what it trained, by name: a user's objects as they are, not the
@@ -307,7 +328,9 @@ class RunLog:
         parts = {name: [] for name in TABLES}
         for name in sorted(names):
             self.files[name] = self._read_rank_file(os.path.join(run_dir, name), parts)
-        self.problems = [f"{name} {info['problem']}" for name, info in self.files.items() if info["problem"]]
+        # another run's rank file that run.h5 does not name is only left out; one it names is a problem
+        self.problems = [f"{name} {info['problem']}" for name, info in self.files.items()
+                         if info["problem"] and (name in expected or not info.get("foreign"))]
         # rows per table left out: work lost since a checkpoint, redone after it
         self._tables, self.redone = _without_lost_work(parts)
 
@@ -323,6 +346,11 @@ class RunLog:
             tables = {}
             with _open_rank_file(path) as f:
                 segment = int(f.attrs.get("segment", 0))
+                theirs = str(f.attrs.get("run_id", ""))
+                if self.run_id and theirs != self.run_id:
+                    info["problem"] = f"not of this run (run id {theirs or 'none'}, this run's {self.run_id}): left out"
+                    info["foreign"] = True
+                    return info
                 for name, dtype in TABLES.items():
                     if name in f:
                         tables[name] = _read_table(f[name], name, dtype)

@@ -57,11 +57,17 @@ from ..io.log import write_run_end
 from . import preemption
 from .state import G, S, W
 
-PREEMPTED_EXIT = 3      # "checkpointed, not finished": jobs/common.sh requeues
+PREEMPTED_EXIT = preemption.PREEMPTED_EXIT
 
 
 class Preempted(Exception):
-    """Raised on every rank once the checkpoint the preemption signal asked for is written."""
+    """Raised on every rank once the checkpoint the preemption signal asked for
+    is written; `status`: the job's exit status (3 after SIGUSR1: requeue;
+    128 + the signal's number after SIGTERM or SIGINT), as server 0's signal says."""
+
+    def __init__(self, message: str, status: int = PREEMPTED_EXIT):
+        super().__init__(message)
+        self.status = status
 
 
 class PreemptionSignal:
@@ -253,12 +259,13 @@ class Checkpointer:
                 ctx.log.event(ctx.now(), "checkpoint_cancelled", number=n,
                               reason="a server finished meanwhile: the run is ending")
             return
-        path = self._save(group or ctx, n, role_state(), exiting=exiting)
+        path, status = self._save(group or ctx, n, role_state(), exiting=exiting)
         if exiting:
             self.signal.received = False   # dealt with
-            raise Preempted(f"preempted after checkpoint {n} ({path})")
+            raise Preempted(f"preempted after checkpoint {n} ({path})", status)
 
-    def _save(self, ctx, n: int, role_state: dict, *, exiting: bool) -> str | None:
+    def _save(self, ctx, n: int, role_state: dict, *, exiting: bool) -> tuple[str | None, int]:
+        """Write checkpoint n; (its path, the job's exit status if it is the exiting one)."""
         t = time.perf_counter()
         state = {"role": role_state, "paradigm": ctx.paradigm.state(),
                  "rng": {"torch": torch.get_rng_state(), "numpy": list(np.random.get_state())}}
@@ -272,14 +279,15 @@ class Checkpointer:
         if self.rank == 0:
             meta = self._meta(ctx, n, [m for _, m in gathered])
             gathered = [g for g, _ in gathered]
+            status = preemption.exit_status(preemption.which())   # server 0's signal decides
             try:
-                result = (write_checkpoint(self.run_dir, meta, gathered), None)
+                result = (write_checkpoint(self.run_dir, meta, gathered), None, status)
             except OSError as e:
-                result = (None, f"{type(e).__name__}: {e}")
+                result = (None, f"{type(e).__name__}: {e}", status)
         request = self.comm.Ibarrier()
         ctx.wait(request.Test, what=f"checkpoint {n} being written",
                  describe=lambda: "rank 0 writing the checkpoint file")
-        path, error = self.comm.bcast(result)
+        path, error, status = self.comm.bcast(result)
         self.next_due = ctx.now() + self.config.checkpoint_every
         if self.rank == 0:
             seconds = time.perf_counter() - t
@@ -294,9 +302,13 @@ class Checkpointer:
                 ctx.log.flush()
                 write_run_end(self.run_dir, wall_seconds=self.cut_time, final_params=None,
                               status="preempted")
-                print(f"mpips: preempted: exiting with status {PREEMPTED_EXIT} to be requeued",
-                      flush=True)
-        return path
+                if status == PREEMPTED_EXIT:
+                    print(f"mpips: preempted: exiting with status {PREEMPTED_EXIT} to be requeued", flush=True)
+                else:
+                    print(f"mpips: stopped by {signal.Signals(status - 128).name}: exiting with status "
+                          f"{status} (not requeued); the same job with the same --run-dir resumes "
+                          f"from {path}", flush=True)
+        return path, status
 
     def _meta(self, ctx, n: int, marks: list) -> dict:
         """`marks[r]`: rank r's (clock, steps) at the cut: the workers' clocks,

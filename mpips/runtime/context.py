@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 
 from ..config import Config
-from ..io.log import RankLog
+from ..io.log import RankLog, add_status_reason
 from ..paradigms import Paradigm
 from .clock import WALL, Clock
 from .layout import Layout
+from .rendezvous import SetupTimeout, allgather_within
 from .state import S, W
 
 
@@ -120,11 +121,24 @@ class Context:
     def epochs_of(self, pushes: int) -> float:
         return pushes / (self.epoch_pushes or self.layout.workers * self.iterations_per_epoch)
 
-    def barrier(self, what: str) -> None:
-        """A barrier that times out (stall_timeout) instead of hanging forever."""
-        request = self.comm.Ibarrier()
-        self.wait(request.Test, what=what,
-                  describe=lambda: "the other ranks to reach the end (one of them is stuck or gone)")
+    def end_of_run(self) -> None:
+        """Every rank reaches the end, or the ones that do not are named within
+        the stall timeout (mpips/runtime/rendezvous.py); server 0 has written the
+        run's end by then, and notes in run.h5 which ranks did not finish."""
+        layout = self.layout
+
+        def name(rank):
+            role, index = layout.role(rank)
+            return f"{rank} ({role.replace('_', ' ')} {index})"
+        try:
+            allgather_within(self.comm, None, what="the end of the run", warn=self.config.stall_warn,
+                             timeout=self.config.stall_timeout, name=name)
+        except SetupTimeout as e:
+            if self.rank == 0 and e.missing:
+                add_status_reason(self.run_dir, f"rank(s) {', '.join(name(r) for r in e.missing)} did not "
+                                                f"finish; the training's end and final parameters are saved")
+            e.status = 1
+            raise
 
     def wait_for_servers_done(self, stop=None) -> None:
         """Before the collective window frees: every server has finished.

@@ -15,7 +15,8 @@ from .. import __version__
 from ..config import Config, ConfigError
 from ..io.checkpoint import CheckpointError, find_resume
 from ..io.checkpoint import identity as checkpoint_identity
-from ..io.log import RankLog, rank_file, set_status, write_run_header
+from ..io.log import RankLog, rank_file, run_id_of, set_status, write_run_header
+from ..io.rundir import RunDirLock, claim, new_run_id
 from ..paradigms import make_paradigm
 from ..training.data import DataError, dataset_label, load_dataset
 from ..training.flatmodel import FlatModel
@@ -25,6 +26,7 @@ from .context import Context
 from .layout import EVALUATOR, SERVER, WORKER, make_layout
 from .levels import run_two_levels
 from .mpi_transport import ControlTable, ParameterStore
+from .rendezvous import allgather_within
 from .roles import run_roles
 from .wait import precise_sleeps
 
@@ -43,18 +45,28 @@ def default_run_dir(config: Config) -> str:
     return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S") + f"-{config.paradigm}")
 
 
-def _agree(comm: MPI.Intracomm, fn):
+def _agree(comm: MPI.Intracomm, config: Config, what: str, fn):
     """Run fn() on every rank; if any rank fails with bad input, all raise
-    SetupError with the first failing rank's message."""
+    SetupError with the first failing rank's message (naming it when others
+    did not fail). A rank that does not arrive within the stall timeout is
+    named (SetupTimeout)."""
     try:
         result, err = fn(), None
     except (ConfigError, DataError, CheckpointError, OSError) as e:
         result, err = None, str(e)
-    errors = comm.allgather(err)
-    first = next((e for e in errors if e), None)
-    if first:
-        raise SetupError(first)
+    errors = exchange(comm, config, what, err)
+    failed = [r for r, e in enumerate(errors) if e]
+    if failed:
+        # named when a rank but 0 met it alone (rank 0 prints the line; steps of its own are many)
+        raise SetupError(errors[failed[0]] if len(failed) == len(errors) or failed[0] == 0
+                         else f"rank {failed[0]}: {errors[failed[0]]}")
     return result
+
+
+def exchange(comm: MPI.Intracomm, config: Config, what: str, value) -> list:
+    """Every rank's `value` on every rank, within the stall timeout (mpips/runtime/rendezvous.py)."""
+    return allgather_within(comm, value, what=f"set-up ({what})", warn=config.stall_warn,
+                            timeout=config.stall_timeout)
 
 
 def _same_job_everywhere(comm: MPI.Intracomm, config: Config, data, model) -> None:
@@ -66,7 +78,7 @@ def _same_job_everywhere(comm: MPI.Intracomm, config: Config, data, model) -> No
     mine = {"settings": config.to_dict(),
             "model": [tuple(p.shape) for p in model.parameters()],
             "data": [tuple(data.x_train.shape), tuple(data.x_test.shape), data.num_classes]}
-    everyone = comm.allgather(mine)
+    everyone = exchange(comm, config, "comparing the ranks' jobs", mine)
     # (the data first: a model is built from their shapes)
     for key, what in (("settings", "settings"), ("data", "data's shapes (training, test, classes)"),
                       ("model", "model's parameter shapes")):
@@ -86,16 +98,27 @@ def _same_job_everywhere(comm: MPI.Intracomm, config: Config, data, model) -> No
                          f"({shown}); every rank must build the same job")
 
 
-def _writable_run_dir(run_dir: str) -> None:
-    """The run directory exists and takes files (an existing one may not: /proc)."""
+def own_run_dir(run_dir: str) -> RunDirLock:
+    """The run directory exists, takes files (an existing one may not: /proc)
+    and is this job's alone (mpips/io/rundir.py)."""
     try:
         os.makedirs(run_dir, exist_ok=True)
         probe = os.path.join(run_dir, f".mpips-probe-{os.getpid()}")
         with open(probe, "w"):
             pass
         os.remove(probe)
+        return RunDirLock(run_dir)
     except OSError as e:
         raise ConfigError("run_dir", run_dir, f"cannot write there ({e.strerror})") from None
+
+
+def resume_or_claim(run_dir: str, config: Config, ident: dict):
+    """The checkpoint to resume from, if the directory holds one of this run
+    (never with --overwrite); else the directory is claimed for a fresh start."""
+    found = None if config.overwrite else find_resume(run_dir, ident)
+    if found is None:
+        claim(run_dir, config.to_dict(), overwrite=config.overwrite)
+    return found
 
 
 def _check_epoch_size(config: Config, paradigm, samples: int) -> None:
@@ -162,13 +185,12 @@ def versions() -> dict:
             "python": platform.python_version(), "host": platform.node()}
 
 
-def prepare(config: Config, layout, run_dir: str, *, first: bool, model=None, dataset=None):
+def prepare(config: Config, layout, *, model=None, dataset=None):
     """Everything a rank would otherwise find bad only later, alone, in a
     worker or a server (where it can only abort the job), checked on every
     rank so that bad input ends the job with one line: (data, model,
-    paradigm, a worker's iterations per epoch). `first` (rank 0) makes the
-    run directory, last: bad input elsewhere leaves none behind. `model`
-    and `dataset`: a user's objects (mpips.train) instead of the configuration's."""
+    paradigm, a worker's iterations per epoch). `model` and `dataset`: a
+    user's objects (mpips.train) instead of the configuration's."""
     config.check_workers(layout.workers)
     try:
         data = load_dataset(config) if dataset is None else dataset
@@ -180,8 +202,6 @@ def prepare(config: Config, layout, run_dir: str, *, first: bool, model=None, da
     paradigm = make_paradigm(config, layout.workers)
     _check_epoch_size(config, paradigm, len(data.y_train))
     ipe = paradigm.iterations_per_epoch(len(data.y_train))
-    if first:
-        _writable_run_dir(run_dir)
     return data, model, paradigm, ipe
 
 
@@ -215,10 +235,10 @@ def workload(config: Config, model=None, dataset=None, built=None) -> dict:
     return {"model": name, "dataset": config.dataset if dataset is None else dataset_label(dataset)}
 
 
-def announce(ctx: Context, size: int, versions: dict, trains: dict, **more) -> None:
+def announce(ctx: Context, size: int, versions: dict, trains: dict, *, run_id: str, **more) -> None:
     """Rank 0: run.h5's header, and the job's one line on stdout. `trains`: `workload`'s."""
     config, layout = ctx.config, ctx.layout
-    write_run_header(ctx.run_dir, config=config.to_dict(), versions=versions,
+    write_run_header(ctx.run_dir, config=config.to_dict(), versions=versions, run_id=run_id,
                      layout={**layout.to_dict(), **trains, "world_size": size, "parameters": ctx.num_params,
                              "evaluation": "evaluator" if layout.evaluators else "inline",
                              "iterations_per_worker": ctx.iterations,
@@ -237,10 +257,19 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
           loss=None) -> str:
     """Run one training job over `comm`; returns the run directory. `model`,
     `dataset` (a data.Dataset), `loss`: a user's objects (mpips.train)."""
+    held: list[RunDirLock] = []   # the run directory's lock, rank 0's, however the job ends
+    try:
+        return _train(config, comm, model, dataset, loss, held)
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def _train(config: Config, comm: MPI.Intracomm, model, dataset, loss, held: list) -> str:
     torch.set_num_threads(config.torch_threads)
     precise_sleeps()
     rank, size = comm.Get_rank(), comm.Get_size()
-    layout = _agree(comm, lambda: make_layout(config, size))
+    layout = _agree(comm, config, "the layout", lambda: make_layout(config, size))
     config = config.with_workers(layout.workers)
     role, index = layout.role(rank)
 
@@ -248,13 +277,17 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
     config.run_dir = run_dir
 
     user_model = model
-    data, model, paradigm, ipe = _agree(comm, lambda: prepare(config, layout, run_dir, first=False,
+    data, model, paradigm, ipe = _agree(comm, config, "reading the data, building the model",
+                                        lambda: prepare(config, layout,
                                                                 model=model, dataset=dataset))
     _same_job_everywhere(comm, config, data, model)
-    _agree(comm, lambda: _writable_run_dir(run_dir) if rank == 0 else None)   # last: bad input leaves none
+    lock = _agree(comm, config, "the run directory",     # last: bad input leaves none
+                  lambda: own_run_dir(run_dir) if rank == 0 else None)
+    if lock is not None:
+        held.append(lock)
     # Collective on every rank (it splits a node-local communicator); workers and the
     # evaluator compute on GPUs, servers apply on the CPU beside their windows.
-    device = _agree(comm, lambda: _device(config, comm, wants_gpu=role in (WORKER, EVALUATOR)))
+    device = _agree(comm, config, "the devices", lambda: _device(config, comm, wants_gpu=role in (WORKER, EVALUATOR)))
     flat = FlatModel(model, device)
     if role == WORKER:
         warm_up(flat, data, config.batch_size, loss)
@@ -262,9 +295,11 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
     paradigm.set_iterations(iterations)
     # A run directory holding a checkpoint of this run: go on from it (mpips/runtime/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n, iterations)
-    found = _agree(comm, lambda: find_resume(run_dir, ident) if rank == 0 else None)
+    found = _agree(comm, config, "looking for a checkpoint",
+                   lambda: resume_or_claim(run_dir, config, ident) if rank == 0 else None)
     checkpointer = Checkpointer(comm, run_dir, config, ident, found)
     segment = checkpointer.segment
+    run_id = comm.bcast((run_id_of(run_dir) if found else None) or new_run_id() if rank == 0 else None)
 
     role_comm = comm.Split(color={SERVER: 0, WORKER: 2, EVALUATOR: 3}.get(role, 1), key=rank)
     store = ParameterStore(comm, layout.server_ranks, flat.n, clients=layout.clients,
@@ -273,14 +308,14 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
     t0 = comm.bcast(time.time() if rank == 0 else None)
     comm.Barrier()  # run_dir exists before anyone opens a file in it
     log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
-                  segment=segment)
+                  segment=segment, run_id=run_id)
     ctx = Context(config=config, layout=layout, comm=comm, role_comm=role_comm, rank=rank,
                   role=role, index=index, run_dir=run_dir, t0=t0, store=store, control=control,
                   log=log, paradigm=paradigm, iterations=iterations, iterations_per_epoch=ipe,
                   num_params=flat.n, checkpointer=checkpointer, total_samples=total_samples,
                   budget_table=control, loss_fn=loss)
     if rank == 0:
-        announce(ctx, size, versions(), workload(config, user_model, dataset, model))
+        announce(ctx, size, versions(), workload(config, user_model, dataset, model), run_id=run_id)
     checkpointer.begin(ctx)
     preempted, failed = None, ""
     try:

@@ -114,7 +114,7 @@ def run_group_server(up: Context, group: Context, server: GroupServer, flat: Fla
     up.comm.Barrier()  # parameters in place and every role ready: the clock starts
     group.t0 = up.t0 = up.comm.bcast(None)
     body()
-    up.barrier("end of the run")
+    up.end_of_run()
 
 
 def start_group_server(up: Context, group: Context, server: GroupServer, flat: FlatModel):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import numpy as np
+
 from ..io.log import write_run_end
 from ..training.data import GlobalStream, WorkerShard
 from ..training.flatmodel import FlatModel
@@ -28,7 +30,7 @@ def run_roles(ctx: Context, flat: FlatModel, data) -> Worker | None:
     # (a resumed job's clock goes on from the checkpoint's training time)
     ctx.t0 = ctx.comm.bcast(time.time() - ctx.checkpointer.elapsed if ctx.rank == 0 else None)
     worker = body()
-    ctx.barrier("end of the run")
+    ctx.end_of_run()
     return worker
 
 
@@ -50,7 +52,7 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Non
 
         def serve():
             server.run()
-            if evaluator is not None:
+            if index == 0:
                 _finish(ctx, evaluator)
         return serve
     if role == WORKER:
@@ -67,7 +69,9 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Non
 
     def evaluate():
         evaluator.run()
-        _finish(ctx, evaluator)
+        ctx.wait_for_servers_done()
+        if evaluator.last_pushes != evaluator.applied()[1]:
+            evaluator.evaluate()   # the final one
     return evaluate
 
 
@@ -82,9 +86,14 @@ def worker_budget(ctx: Context, data):
     return ShardBudget(shard, ctx.iterations, ctx.iterations_per_epoch)
 
 
-def _finish(ctx: Context, evaluator: Evaluator) -> None:
-    """The evaluating rank, after every server is done: final evaluation and parameters."""
+def _finish(ctx: Context, evaluator: Evaluator | None) -> None:
+    """Server 0, after every server is done: the final evaluation if it
+    evaluates inline, then the run's end in run.h5 (final parameters, wall
+    time, status), whether or not an evaluator rank gets to its own final
+    evaluation: a stopped evaluator loses no trained work."""
     ctx.wait_for_servers_done()
-    if evaluator.last_pushes != evaluator.applied()[1]:
+    if evaluator is not None and evaluator.last_pushes != evaluator.applied()[1]:
         evaluator.evaluate()
-    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=evaluator.current_params().copy())
+    params = np.empty(ctx.num_params, dtype=np.float32)
+    ctx.store.observe(params)
+    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=params)

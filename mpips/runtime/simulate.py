@@ -31,7 +31,9 @@ from ..training.flatmodel import FlatModel
 from .budget import ShardBudget
 from .checkpointer import NoCheckpoints
 from .context import Context
-from .job import TrainingFailed, announce, default_run_dir, judge_training, prepare, sized, workload
+from ..io.rundir import claim, new_run_id
+from .job import (TrainingFailed, announce, default_run_dir, judge_training, own_run_dir, prepare, sized,
+                  workload)
 from .layout import GROUP_SERVER, SERVER, WORKER, make_layout, ranks_for
 from .levels import decide_groups, global_level, group_level, group_server, profile, start_group_server
 from .local_transport import LocalControlTable, LocalParameterStore, Network, SharedParameters, watch_gates
@@ -60,10 +62,20 @@ def simulate(config: Config) -> str:
     """Run the job `config` describes in virtual time; returns the run directory."""
     config = simulated_config(config)
     torch.set_num_threads(config.torch_threads)
+    config.run_dir = config.run_dir or default_run_dir(config)
     size = ranks_for(config)
     layout = make_layout(config, size)
-    config.run_dir = config.run_dir or default_run_dir(config)
-    data, model, paradigm, ipe = prepare(config, layout, config.run_dir, first=True)
+    data, model, paradigm, ipe = prepare(config, layout)
+    lock = own_run_dir(config.run_dir)    # last: bad input leaves no directory
+    try:
+        claim(config.run_dir, config.to_dict(), overwrite=config.overwrite)
+        return _simulate(config, size, layout, data, model, paradigm, ipe)
+    finally:
+        lock.release()
+
+
+def _simulate(config: Config, size: int, layout, data, model, paradigm, ipe: float) -> str:
+    run_id = new_run_id()
     iterations, ipe, total_samples = sized(config, paradigm, len(data.y_train), ipe)
     scheduler = Scheduler()
     network = Network(config.sim_latency, config.sim_bandwidth, config.sim_jitter, config.seed,
@@ -90,12 +102,12 @@ def simulate(config: Config) -> str:
             # every log flushes by the wall clock: `size` of them in one process
             # would flush `size` times as often
             control=control, log=RankLog(rank_file(config.run_dir, rank), rank,
-                                         flush_seconds=config.log_flush_seconds * size),
+                                         flush_seconds=config.log_flush_seconds * size, run_id=run_id),
             paradigm=mine, iterations=iterations, iterations_per_epoch=ipe, num_params=n,
             checkpointer=NoCheckpoints(config), total_samples=total_samples, budget_table=control,
             clock=scheduler.clock))
         flats.append(FlatModel(copy.deepcopy(model)))
-    announce(contexts[0], size, versions(), workload(config), transport="simulated", sim_latency=network.latency,
+    announce(contexts[0], size, versions(), workload(config), run_id=run_id, transport="simulated", sim_latency=network.latency,
              sim_bandwidth=network.bandwidth, sim_jitter=network.jitter, sim_apply=network.apply)
     contexts[0].checkpointer.begin(contexts[0])
     try:

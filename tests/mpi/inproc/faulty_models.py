@@ -26,3 +26,14 @@ def by_rank(input_shape, num_classes):
 
     width = 24 if MPI.COMM_WORLD.Get_rank() == 2 else 16
     return nn.Sequential(nn.Flatten(), nn.Linear(64, width), nn.ReLU(), nn.Linear(width, num_classes))
+
+
+def stuck_on_rank_2(input_shape, num_classes):
+    """A factory that never returns on rank 2 (a stuck filesystem, a deadlock of the user's)."""
+    import time
+
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_rank() == 2:
+        time.sleep(3600)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))
