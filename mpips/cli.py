@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
 import sys
-import traceback
 
 from .api import abort_job
 from .config import Config, ConfigError, load
 from .experiments import compare, syncswitch_search
+from .plugins import PluginError, load_plugins, raised_in_plugin
 from .runtime import preemption
 
 
@@ -94,30 +93,6 @@ def _launched_rank() -> str | None:
     return None
 
 
-class PluginError(Exception):
-    pass
-
-
-def load_plugins(paths: list[str]) -> None:
-    """Run each file as a module (its own name, mpips_plugin_<stem>), before
-    the configuration is read, so what it registers is a valid choice."""
-    for path in paths:
-        stem = os.path.splitext(os.path.basename(path))[0]
-        name = "mpips_plugin_" + "".join(c if c.isalnum() else "_" for c in stem)
-        if not os.path.isfile(path):
-            raise PluginError(f"plugin {path}: no such file")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001 - the user's file may raise anything
-            del sys.modules[name]
-            where = traceback.extract_tb(e.__traceback__)[-1]
-            raise PluginError(f"plugin {path} failed at line {where.lineno}: "
-                              f"{type(e).__name__}: {' '.join(str(e).split())}") from None
-
-
 def _fail(message: str, code: int = 2) -> int:
     print(f"mpips: error: {message}", file=sys.stderr, flush=True)
     return code
@@ -168,7 +143,11 @@ def cmd_simulate(args) -> int:
         return _fail(str(e))
     except TrainingFailed as e:
         return _fail(str(e), 1)
-    except (TaskFailed, StallError) as e:
+    except TaskFailed as e:
+        if isinstance(e.__cause__, ConfigError):   # found bad in the run: a paradigm hook's answer
+            return _fail(str(e.__cause__))
+        return _fail(f"the simulated job failed: {e}{raised_in_plugin(e.__cause__)}", 1)
+    except StallError as e:
         return _fail(f"the simulated job failed: {e}", 1)
     return 0
 

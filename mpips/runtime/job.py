@@ -17,6 +17,7 @@ from ..io.checkpoint import CheckpointError, find_resume
 from ..io.checkpoint import identity as checkpoint_identity
 from ..io.log import RankLog, rank_file, set_status, write_run_header
 from ..paradigms import make_paradigm
+from ..paradigms.base import counted
 from ..training.data import DataError, dataset_label, load_dataset
 from ..training.flatmodel import FlatModel
 from ..training.models import build_model, check_model, model_label
@@ -109,9 +110,9 @@ def _check_epoch_size(config: Config, paradigm, samples: int) -> None:
         # one batch beyond the training set: its claim would span passes (epoch 1.39 after one)
         raise ConfigError("batch_size", config.batch_size,
                           f"must be <= {samples}, the training samples of {config.dataset}")
+    total, field = counted(config.paradigm, paradigm.round_samples), paradigm.round_setting
     if config.iterations or config.budget == "global":
         return   # sized in iterations, or in samples of the whole set (mpips/runtime/budget.py): nothing to miscount
-    total, field = paradigm.round_samples(), paradigm.round_setting
     if total <= samples:
         return
     if total == workers * config.batch_size and field == "batch_size":
@@ -179,7 +180,7 @@ def prepare(config: Config, layout, run_dir: str, *, first: bool, model=None, da
     check_model(model, config.model if model is None else model_label(model), data.x_train[:2], data.num_classes)
     paradigm = make_paradigm(config, layout.workers)
     _check_epoch_size(config, paradigm, len(data.y_train))
-    ipe = paradigm.iterations_per_epoch(len(data.y_train))
+    ipe = counted(config.paradigm, paradigm.iterations_per_epoch, len(data.y_train))
     if first:
         _writable_run_dir(run_dir)
     return data, model, paradigm, ipe
@@ -192,7 +193,7 @@ def sized(config: Config, paradigm, samples: int, ipe: float) -> tuple[int, floa
     batch, the unit in which paradigms count rounds and servers epochs."""
     total_samples = 0
     if config.budget == "global":
-        round_samples = paradigm.round_samples()
+        round_samples = counted(config.paradigm, paradigm.round_samples)
         ipe = samples / round_samples
         total_samples = (config.iterations * round_samples if config.iterations
                          else max(1, round(config.epochs * samples)))
@@ -262,7 +263,7 @@ def train(config: Config, comm: MPI.Intracomm = MPI.COMM_WORLD, *, model=None, d
     paradigm.set_iterations(iterations)
     # A run directory holding a checkpoint of this run: go on from it (mpips/runtime/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n, iterations)
-    found = _agree(comm, lambda: find_resume(run_dir, ident) if rank == 0 else None)
+    found = _agree(comm, lambda: find_resume(run_dir, ident, size) if rank == 0 else None)
     checkpointer = Checkpointer(comm, run_dir, config, ident, found)
     segment = checkpointer.segment
 
