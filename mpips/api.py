@@ -19,6 +19,7 @@ import traceback
 from typing import Any, Callable
 
 from .config import Config, ConfigError, load
+from .plugins import raised_in_plugin
 
 
 def abort_job(comm, e: BaseException) -> None:
@@ -26,7 +27,7 @@ def abort_job(comm, e: BaseException) -> None:
     rank of the job (`comm.Abort`); does not return."""
     rank = comm.Get_rank()
     detail = "".join(traceback.format_exception(e)).rstrip()
-    print(f"mpips: rank {rank}: {type(e).__name__}: {e}\n{detail}\n"
+    print(f"mpips: rank {rank}: {type(e).__name__}: {e}{raised_in_plugin(e)}\n{detail}\n"
           f"mpips: rank {rank}: aborting the job", file=sys.stderr, flush=True)
     comm.Abort(1)
 

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
 import signal
 import sys
-import traceback
 
 from .api import abort_job
 from .config import Config, ConfigError, load
 from .experiments import compare, syncswitch_search
+from .plugins import PluginError, load_plugins, raised_in_plugin
 from .runtime import preemption
 
 
@@ -93,30 +92,6 @@ def _launched_rank() -> str | None:
         if var in os.environ:
             return os.environ[var]
     return None
-
-
-class PluginError(Exception):
-    pass
-
-
-def load_plugins(paths: list[str]) -> None:
-    """Run each file as a module (its own name, mpips_plugin_<stem>), before
-    the configuration is read, so what it registers is a valid choice."""
-    for path in paths:
-        stem = os.path.splitext(os.path.basename(path))[0]
-        name = "mpips_plugin_" + "".join(c if c.isalnum() else "_" for c in stem)
-        if not os.path.isfile(path):
-            raise PluginError(f"plugin {path}: no such file")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001 - the user's file may raise anything
-            del sys.modules[name]
-            where = traceback.extract_tb(e.__traceback__)[-1]
-            raise PluginError(f"plugin {path} failed at line {where.lineno}: "
-                              f"{type(e).__name__}: {' '.join(str(e).split())}") from None
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -197,16 +172,25 @@ def cmd_simulate(args) -> int:
         return _fail(str(e))
     except TrainingFailed as e:
         return _fail(str(e), 1)
-    except (TaskFailed, StallError, SimulationStopped) as e:
-        stop = e if isinstance(e, SimulationStopped) else e.__cause__
-        if isinstance(stop, SimulationStopped):
-            return _fail(f"the simulation stopped on {signal.Signals(stop.signum).name}; its logs so far "
-                         f"are written (the run is incomplete)", 128 + stop.signum)
+    except SimulationStopped as e:
+        return _stopped(e)
+    except TaskFailed as e:
+        if isinstance(e.__cause__, SimulationStopped):
+            return _stopped(e.__cause__)
+        if isinstance(e.__cause__, ConfigError):   # found bad in the run: a paradigm hook's answer
+            return _fail(str(e.__cause__))
+        return _fail(f"the simulated job failed: {e}{raised_in_plugin(e.__cause__)}", 1)
+    except StallError as e:
         return _fail(f"the simulated job failed: {e}", 1)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 0
+
+
+def _stopped(e: "SimulationStopped") -> int:
+    return _fail(f"the simulation stopped on {signal.Signals(e.signum).name}; its logs so far are "
+                 f"written (the run is incomplete)", 128 + e.signum)
 
 
 class SimulationStopped(Exception):

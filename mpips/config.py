@@ -305,12 +305,18 @@ def load(path: str | None = None, overrides: dict[str, Any] | None = None) -> Co
         import yaml
 
         try:
-            with open(path) as fh:
+            # bytes: YAML finds the encoding (UTF-8, or UTF-16 by its mark) and says
+            # where a file of other bytes fails (a text stream raised UnicodeDecodeError)
+            with open(path, "rb") as fh:
                 data = yaml.safe_load(fh) or {}
         except OSError as e:
             raise ConfigError("config", path, f"cannot read: {e.strerror}") from None
+        except yaml.reader.ReaderError as e:
+            raise ConfigError("config", path, f"not YAML text ({e.reason} at position {e.position})") from None
         except yaml.YAMLError as e:
             raise ConfigError("config", path, f"not valid YAML ({e.__class__.__name__})") from None
+        except RecursionError:
+            raise ConfigError("config", path, "not valid YAML (nested too deeply)") from None
         if not isinstance(data, dict):
             raise ConfigError("config", path, "must be a mapping of setting: value")
         for k, v in data.items():

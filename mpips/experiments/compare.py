@@ -16,7 +16,6 @@ and in OUT/table.md, the runs' raw values in OUT/table.csv and the figures of
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import sys
 import time
@@ -28,7 +27,7 @@ from ..validate import number_in
 from ..io.log import RunLog
 from ..paradigms import available
 from ..runtime.layout import ranks_for
-from .launch import default_launcher, run_to_file
+from .launch import default_launcher, launcher_words, run_to_file
 
 # Settings each run gets from the comparison (--paradigms, --seeds, --runs), not from the user.
 PER_RUN = ("paradigm", "seed", "run_dir")
@@ -110,6 +109,10 @@ class Comparison:
     def __post_init__(self):
         self.setups = list(dict.fromkeys(self.setups))
         own = (["--config", self.config] if self.config else []) + [a for p in self.plugins for a in ("--plugin", p)]
+        try:
+            launcher = [] if self.simulate else launcher_words(self.launcher)
+        except ValueError as e:
+            raise OptionError("--launcher", self.launcher, str(e)) from None
         self.plan = []
         for seed in self.seeds:
             for name in self.setups:
@@ -122,7 +125,7 @@ class Comparison:
                     simulated_config(config)
                     start = [sys.executable, "-m", "mpips", "simulate"]
                 else:
-                    start = [*shlex.split(self.launcher), "-n", str(ranks_for(config)),
+                    start = [*launcher, "-n", str(ranks_for(config)),
                              sys.executable, "-m", "mpips", "train"]
                 self.plan.append((run_dir, [*start, *own, *flags(settings)]))
 
@@ -141,11 +144,14 @@ class Comparison:
             output = run_dir + ".out"
             start = time.perf_counter()
             code = run_to_file(cmd, output, self.timeout)
-            if code == 0:
+            if code == 0 and finished(run_dir):
                 print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
                 done.append(run_dir)
                 continue
-            why = f"no result within {self.timeout:g} s" if code is None else failure_reason(output)
+            if code is None:
+                why = f"no result within {self.timeout:g} s"
+            else:   # (exit 0 with no run: a --launcher that started nothing, such as `true`)
+                why = failure_reason(output) if code else "exited 0 without a finished run log"
             failed.append(f"{name}: {why}")
             print(f"mpips: run {name} failed: {why} (see {output})", file=sys.stderr, flush=True)
         return done, failed

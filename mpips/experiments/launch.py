@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,21 @@ MPI_ENV = {
 def default_launcher() -> str:
     """The mpiexec beside this Python (the venv's Open MPI), else the one on PATH."""
     return MPIEXEC if os.path.exists(MPIEXEC) else "mpiexec"
+
+
+def launcher_words(launcher: str) -> list[str]:
+    """`--launcher` as the words of a command whose program can be started, or a
+    ValueError saying why not, before any run (an empty one started `-n` and
+    a missing one raised FileNotFoundError: tracebacks after the set-up)."""
+    try:
+        words = shlex.split(launcher)
+    except ValueError as e:
+        raise ValueError(f"not a command line ({e})") from None
+    if not words:
+        raise ValueError("empty; a command that starts N ranks with -n N, e.g. mpiexec or 'srun --mpi=pmix'")
+    if shutil.which(words[0]) is None:
+        raise ValueError(f"cannot start {words[0]} (not on PATH, or not an executable file)")
+    return words
 
 
 def run_to_file(cmd: list[str], output: str, timeout: float | None) -> int | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -23,7 +22,7 @@ from typing import Callable
 
 from ..io.log import RunLog
 from ..validate import number_in
-from .launch import default_launcher, run_to_file
+from .launch import default_launcher, launcher_words, run_to_file
 
 
 class SearchError(RuntimeError):
@@ -60,7 +59,7 @@ class ProbeRunner:
 
     def __init__(self, *, ranks: int, launcher: str, flags: list[str], out: str, timeout: float | None):
         self.ranks = ranks
-        self.launcher = shlex.split(launcher)
+        self.launcher = launcher_words(launcher)   # ValueError: not one that can be started
         self.flags = list(flags)
         self.out = out
         self.timeout = timeout
@@ -140,6 +139,12 @@ def cmd_search(args) -> int:
         print("mpips: error: need --steps >= 0 and --ranks >= 2", file=sys.stderr)
         return 2
     out = args.out or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S") + "-syncswitch-search")
+    try:
+        runner = ProbeRunner(ranks=args.ranks, launcher=args.launcher, flags=flags, out=out,
+                             timeout=args.timeout)
+    except ValueError as e:
+        print(f"mpips: error: invalid --launcher {args.launcher!r}: {e}", file=sys.stderr)
+        return 2
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "search.json")
 
@@ -153,8 +158,6 @@ def cmd_search(args) -> int:
             print(f"mpips: {name:<14} accuracy {100 * probe.final_accuracy:5.1f}%  "
                   f"({probe.wall_seconds:.1f}s){verdict}", flush=True)
 
-    runner = ProbeRunner(ranks=args.ranks, launcher=args.launcher, flags=flags, out=out,
-                         timeout=args.timeout)
     try:
         record = search(runner, low=args.low, high=args.high, tolerance=args.tolerance,
                         steps=args.steps, report=report)

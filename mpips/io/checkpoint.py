@@ -14,10 +14,12 @@ renamed when complete; the newest KEEP are kept. It holds:
 - attribute `sha256` over all of it, verified on load.
 
 A job whose run directory holds checkpoints of an unfinished run resumes
-from the newest (`find_resume`). One that cannot be read, fails its checksum
-or was made for another model or layout stops the job with one line naming
-the file and the problem (CheckpointError; a corrupt one is not skipped
-silently: the message says which older one deleting it would resume from).
+from the newest (`find_resume`). One that cannot be read, fails its checksum,
+is not what mpips writes (its meta or a rank's state of another shape, a
+rank's state missing) or was made for another model or layout stops the job
+with one line naming the file and the problem (CheckpointError; a corrupt one
+is not skipped silently: the message says which older one deleting it would
+resume from).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import reprlib
 from dataclasses import dataclass
 
 import h5py
@@ -103,13 +106,19 @@ def encode(state) -> tuple[str, list[np.ndarray]]:
 
 
 def decode(text: str, arrays: list[np.ndarray]):
-    """The inverse of `encode`."""
+    """The inverse of `encode`; ValueError saying what is wrong where `text`
+    is not a state it wrote over `arrays` (read_checkpoint names the file)."""
+    def array(i):
+        if type(i) is not int or not 0 <= i < len(arrays):
+            raise ValueError(f"refers to array {i!r} of {len(arrays)}")
+        return np.array(arrays[i])
+
     def dec(x):
         if isinstance(x, dict):
             if len(x) == 1 and "__tensor__" in x:
-                return torch.from_numpy(np.array(arrays[x["__tensor__"]]))
+                return torch.from_numpy(array(x["__tensor__"]))
             if len(x) == 1 and "__array__" in x:
-                return np.array(arrays[x["__array__"]])
+                return array(x["__array__"])
             if len(x) == 1 and "__items__" in x:
                 return {dec(k): dec(v) for k, v in x["__items__"]}
             return {k: dec(v) for k, v in x.items()}
@@ -117,7 +126,10 @@ def decode(text: str, arrays: list[np.ndarray]):
             return [dec(v) for v in x]
         return x
 
-    return dec(json.loads(text))
+    try:
+        return dec(json.loads(text))
+    except (ValueError, TypeError, RecursionError) as e:   # (not JSON; items not pairs; a dtype torch lacks)
+        raise ValueError(f"not a state mpips wrote ({type(e).__name__}: {' '.join(str(e).split())})") from None
 
 
 # --- files --------------------------------------------------------------------------
@@ -188,7 +200,21 @@ def read_checkpoint(path: str) -> tuple[dict, list[tuple[str, list[np.ndarray]]]
     if actual != stored:
         raise CheckpointError(path, f"corrupt: its contents hash to sha256 {actual[:16]}..., "
                                     f"written as {stored[:16]}...")
-    return json.loads(meta_text), ranks
+    # Its checksum passed, yet it may not be what mpips wrote (another program's file,
+    # or one edited and its checksum redone): found here, where the file is named, not
+    # by a rank as a TypeError or IndexError in `decode` (each rank's, one at a time).
+    try:
+        meta = json.loads(meta_text)
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise CheckpointError(path, "its meta is not a JSON object")
+    for r, (text, arrays) in enumerate(ranks):
+        try:
+            decode(text, arrays)
+        except ValueError as e:
+            raise CheckpointError(path, f"rank-{r}/state: {e}") from None
+    return meta, ranks
 
 
 def check_compatible(path: str, meta: dict, mine: dict) -> None:
@@ -218,24 +244,45 @@ class Resume:
     segment: int         # of the job that resumes
 
 
-def find_resume(run_dir: str, mine: dict) -> Resume | None:
+# What a resuming job reads of the meta (the Checkpointer, the segment event), and
+# what each must be: a file without one ended in a KeyError or TypeError.
+_META = {"number": (int, "an integer"), "segment": (int, "an integer"), "step": (int, "an integer"),
+         "time": ((int, float), "a number"), "identity": (dict, "a JSON object"),
+         "clocks": (list, "a list of integers"), "server_steps": (list, "a list of integers")}
+
+
+def _check_meta(path: str, meta: dict) -> None:
+    for key, (kind, what) in _META.items():
+        value = meta.get(key)
+        if (not isinstance(value, kind) or isinstance(value, bool)
+                or (kind is list and not all(type(v) is int for v in value))):
+            raise CheckpointError(path, f"its meta has {key}={reprlib.repr(value)}, not {what}")
+
+
+def find_resume(run_dir: str, mine: dict, ranks: int | None = None) -> Resume | None:
     """The newest checkpoint of an unfinished run in `run_dir`, verified and
-    checked against this job's identity; None to start afresh (no checkpoint,
-    or the run finished: as without checkpoints, running again starts over)."""
+    checked against this job's identity and its number of `ranks` (None: not
+    checked); None to start afresh (no checkpoint, or the run finished: as
+    without checkpoints, running again starts over)."""
     files = checkpoint_files(run_dir)
     attrs = _run_attrs(run_dir)
     if not files or attrs.get("status") == "finished":
         return None
     path = files[-1]
     try:
-        meta, ranks = read_checkpoint(path)
+        meta, states = read_checkpoint(path)
+        _check_meta(path, meta)
     except CheckpointError as e:
         hint = (f"delete it to resume from {os.path.basename(files[-2])}" if len(files) > 1
                 else "delete it to start afresh")
         raise CheckpointError(path, f"{e.problem}; {hint}") from None
     check_compatible(path, meta, mine)
+    if ranks is not None and len(states) != ranks:
+        # (a state per rank is scattered: another count failed in mpi4py's scatter)
+        raise CheckpointError(path, f"holds the states of {len(states)} ranks, this job has {ranks} "
+                                    f"(resume with the same settings and ranks, or use another --run-dir)")
     segment = max(int(attrs.get("segments", 1)), meta["segment"] + 1)
-    return Resume(path, meta, ranks, segment)
+    return Resume(path, meta, states, segment)
 
 
 def clear_checkpoints(run_dir: str) -> None:

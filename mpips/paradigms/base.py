@@ -6,10 +6,12 @@ the control window). The runtime asks, moves the bytes, and logs the answers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from numbers import Integral
+from typing import Any, Callable
 
 import numpy as np
 
+from ..validate import ConfigError
 from .gates import Gate, own_writes_gate
 from .view import ClusterView
 
@@ -42,6 +44,19 @@ def compensated_step(lr: float, momentum: float, new_momentum: float) -> tuple[f
     long run, lr / (1 - m): less momentum is not a smaller step (with
     m = 0.2 at the same lr, ASP with 8 workers reached only 0.44-0.69)."""
     return lr * (1.0 - new_momentum) / (1.0 - momentum), new_momentum
+
+
+def counted(paradigm: str, hook: Callable[..., Any], *args, least: int = 1) -> int:
+    """hook(*args), a count the runtime sizes or divides by (batch_size,
+    round_samples, iterations_per_epoch, group_servers), as an integer >=
+    `least`; else a ConfigError naming the paradigm, the hook and the value
+    (a plugin's batch size of 0 ended in a torch.cat traceback, a round of 0
+    samples in ZeroDivisionError, -1 iterations per epoch in epoch -1.00)."""
+    value = hook(*args)
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
+        raise ConfigError("paradigm", paradigm, f"its {hook.__name__}() returned {value!r}, "
+                                                f"not an integer >= {least}")
+    return int(value)
 
 
 @dataclass

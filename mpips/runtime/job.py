@@ -18,6 +18,7 @@ from ..io.checkpoint import identity as checkpoint_identity
 from ..io.log import RankLog, rank_file, run_id_of, set_status, write_run_header
 from ..io.rundir import RunDirLock, claim, new_run_id
 from ..paradigms import make_paradigm
+from ..paradigms.base import counted
 from ..training.data import DataError, dataset_label, load_dataset
 from ..training.flatmodel import FlatModel
 from ..training.models import build_model, check_model, model_label
@@ -112,10 +113,10 @@ def own_run_dir(run_dir: str) -> RunDirLock:
         raise ConfigError("run_dir", run_dir, f"cannot write there ({e.strerror})") from None
 
 
-def resume_or_claim(run_dir: str, config: Config, ident: dict):
+def resume_or_claim(run_dir: str, config: Config, ident: dict, ranks: int):
     """The checkpoint to resume from, if the directory holds one of this run
     (never with --overwrite); else the directory is claimed for a fresh start."""
-    found = None if config.overwrite else find_resume(run_dir, ident)
+    found = None if config.overwrite else find_resume(run_dir, ident, ranks)
     if found is None:
         claim(run_dir, config.to_dict(), overwrite=config.overwrite)
     return found
@@ -132,9 +133,9 @@ def _check_epoch_size(config: Config, paradigm, samples: int) -> None:
         # one batch beyond the training set: its claim would span passes (epoch 1.39 after one)
         raise ConfigError("batch_size", config.batch_size,
                           f"must be <= {samples}, the training samples of {config.dataset}")
+    total, field = counted(config.paradigm, paradigm.round_samples), paradigm.round_setting
     if config.iterations or config.budget == "global":
         return   # sized in iterations, or in samples of the whole set (mpips/runtime/budget.py): nothing to miscount
-    total, field = paradigm.round_samples(), paradigm.round_setting
     if total <= samples:
         return
     if total == workers * config.batch_size and field == "batch_size":
@@ -201,7 +202,7 @@ def prepare(config: Config, layout, *, model=None, dataset=None):
     check_model(model, config.model if model is None else model_label(model), data.x_train[:2], data.num_classes)
     paradigm = make_paradigm(config, layout.workers)
     _check_epoch_size(config, paradigm, len(data.y_train))
-    ipe = paradigm.iterations_per_epoch(len(data.y_train))
+    ipe = counted(config.paradigm, paradigm.iterations_per_epoch, len(data.y_train))
     return data, model, paradigm, ipe
 
 
@@ -212,7 +213,7 @@ def sized(config: Config, paradigm, samples: int, ipe: float) -> tuple[int, floa
     batch, the unit in which paradigms count rounds and servers epochs."""
     total_samples = 0
     if config.budget == "global":
-        round_samples = paradigm.round_samples()
+        round_samples = counted(config.paradigm, paradigm.round_samples)
         ipe = samples / round_samples
         total_samples = (config.iterations * round_samples if config.iterations
                          else max(1, round(config.epochs * samples)))
@@ -296,7 +297,7 @@ def _train(config: Config, comm: MPI.Intracomm, model, dataset, loss, held: list
     # A run directory holding a checkpoint of this run: go on from it (mpips/runtime/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n, iterations)
     found = _agree(comm, config, "looking for a checkpoint",
-                   lambda: resume_or_claim(run_dir, config, ident) if rank == 0 else None)
+                   lambda: resume_or_claim(run_dir, config, ident, size) if rank == 0 else None)
     checkpointer = Checkpointer(comm, run_dir, config, ident, found)
     segment = checkpointer.segment
     run_id = comm.bcast((run_id_of(run_dir) if found else None) or new_run_id() if rank == 0 else None)

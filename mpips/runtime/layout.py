@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 from ..config import ConfigError
 from ..paradigms import paradigm_class
+from ..paradigms.base import counted
 from ..paradigms.grouping import parse_assignment
 
 SERVER, GROUP_SERVER, WORKER, EVALUATOR = "server", "group_server", "worker", "evaluator"
@@ -60,15 +61,18 @@ def ranks_for(config) -> int:
     """The world size a job of `config` needs (its `workers` given), checked by make_layout."""
     if not config.workers:
         raise ConfigError("workers", config.workers, "the number of workers is needed (--workers N)")
-    size = (config.servers + paradigm_class(config.paradigm).group_servers(config) + config.workers
-            + (1 if config.evaluator else 0))
+    size = config.servers + _group_servers(config) + config.workers + (1 if config.evaluator else 0)
     make_layout(config, size)
     return size
 
 
+def _group_servers(config) -> int:
+    return counted(config.paradigm, paradigm_class(config.paradigm).group_servers, config, least=0)
+
+
 def make_layout(config, world_size: int) -> Layout:
     """The layout for this world size, or a ConfigError saying why not."""
-    group_servers = paradigm_class(config.paradigm).group_servers(config)
+    group_servers = _group_servers(config)
     evaluators = 1 if config.evaluator else 0
     if config.servers >= world_size:
         raise ConfigError("servers", config.servers,

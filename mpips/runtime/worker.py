@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..config import parse_points
+from ..paradigms.base import counted
 from ..paradigms.compress import make_compressor
 from ..training.emulation import Slowdown
 from ..training.flatmodel import FlatModel
@@ -96,7 +97,7 @@ class Worker:
         if gate.event:
             ctx.log.event(ctx.now(), gate.event.pop("kind", "gate"), worker=i, clock=self.clock, **gate.event)
         clock_gap = self.clock - view.c_min()
-        batch = self.data.take(ctx.paradigm.batch_size(i, view))
+        batch = self.data.take(counted(ctx.config.paradigm, ctx.paradigm.batch_size, i, view))
         if batch is None:   # the budget is spent: done, without a push
             self.done = True
             self.publish()

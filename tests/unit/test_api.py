@@ -113,6 +113,56 @@ def test_plugins_are_loaded_before_the_configuration(tmp_path, capsys):
         unregister_paradigm("mine-cli")
 
 
+@pytest.mark.parametrize("source, line", [
+    ("x = 1\ndef f(:\n    pass\n", 2),                                        # was the line of importlib's frame
+    ("import mpips\n\nmpips.register_paradigm('Bad Name', mpips.Paradigm)\n", 3),  # was a line of mpips' registry
+])
+def test_a_plugin_that_fails_to_load_is_named_with_its_own_line(tmp_path, capsys, source, line):
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(source)
+    assert cli.main(["simulate", "--plugin", str(plugin)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mpips: error: plugin {plugin} failed at line {line}: ") and err.count("\n") == 1, err
+
+
+def _run_plugin_paradigm(tmp_path, name: str, methods: str, *args: str) -> int:
+    """`mpips simulate` (one process) of a plugin's paradigm `name`, a Paradigm with `methods`."""
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(f"import mpips\n\n\nclass Mine(mpips.Paradigm):\n{methods}\n\n"
+                      f"mpips.register_paradigm({name!r}, Mine)\n")
+    try:
+        return cli.main(["simulate", "--plugin", str(plugin), "--paradigm", name, "--workers", "2",
+                         "--iterations", "2", "--run-dir", str(tmp_path / "run"), *args])
+    finally:
+        from mpips.paradigms import unregister_paradigm
+        unregister_paradigm(name)
+
+
+def test_an_error_in_a_plugin_paradigms_hook_names_the_plugins_line(tmp_path, capsys):
+    # (it named no file: the worker's call of the hook is mpips' line, not the one to fix)
+    methods = "    def gate(self, worker, view):\n        return refuse(worker)\n\n\ndef refuse(worker):\n" \
+              "    raise RuntimeError(f'no gate for {worker}')\n"
+    assert _run_plugin_paradigm(tmp_path, "hook-raises", methods) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mpips: error: the simulated job failed: ")
+    assert err.endswith(f"RuntimeError: no gate for 0 (plugin {tmp_path / 'plugin.py'}, line 10)\n"), err
+
+
+@pytest.mark.parametrize("hook, returns, args", [
+    ("batch_size(self, worker, view)", 0, []),                     # was a torch.cat traceback
+    ("round_samples(self)", 0, []),                                 # was ZeroDivisionError
+    ("iterations_per_epoch(self, num_train)", -1, ["--budget", "per-worker", "--iterations", "0"]),  # ran, epoch -1.00
+    ("group_servers(cls, config)", -1, []),                         # a layout of -1 group servers
+])
+def test_a_plugin_hooks_count_below_one_is_a_one_line_error(tmp_path, capsys, hook, returns, args):
+    decorator = "    @classmethod\n" if hook.startswith("group_servers") else ""
+    methods = f"{decorator}    def {hook}:\n        return {returns}\n"
+    assert _run_plugin_paradigm(tmp_path, "bad-count", methods, *args) == 2
+    least = 0 if hook.startswith("group_servers") else 1
+    assert capsys.readouterr().err == (f"mpips: error: invalid paradigm='bad-count': its {hook.split('(')[0]}() "
+                                       f"returned {returns}, not an integer >= {least}\n")
+
+
 def test_user_datasets():
     x = np.random.default_rng(0).normal(size=(40, 5)).astype(np.float32)
     y = np.arange(40) % 3

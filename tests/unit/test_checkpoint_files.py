@@ -1,4 +1,5 @@
 """Checkpoint files and the run log across segments, without MPI."""
+import json
 import os
 
 import h5py
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpips.io.checkpoint import (CheckpointError, checkpoint_files, decode, encode, find_resume,
+from mpips.io.checkpoint import (CheckpointError, _digest, checkpoint_files, decode, encode, find_resume,
                               read_checkpoint, write_checkpoint)
 from mpips.paradigms.compress import GDTopK
 from mpips.config import Config
@@ -236,3 +237,65 @@ def test_runlog_reads_every_segment_and_leaves_out_lost_work(tmp_path):
     assert sorted(log.applies["step"]) == list(range(1, 16))
     assert log.redone["iterations"] == (9 - 6) + (10 - 7) and log.redone["applies"] == 12 - 8
     assert [e["segment"] for e in log.events("segment")] == [0, 1]
+
+
+def _resealed(path, edit):
+    """`edit(f)` on the checkpoint's HDF5 file, then its checksum redone (the
+    module's own `_digest`, over what read_checkpoint reads): a file that
+    passes its checksum but is not what mpips wrote."""
+    def text(ds):
+        return ds[()].tobytes().decode()
+
+    with h5py.File(path, "r+") as f:
+        edit(f)
+        groups = [f[f"rank-{r}"] for r in range(sum(1 for k in f if k.startswith("rank-")))]
+        ranks = [(text(g["state"]), [g[str(i)][()] for i in range(len(g) - 1)]) for g in groups]
+        f.attrs["sha256"] = _digest(text(f["meta"]), ranks)
+
+
+def _put(f, name, text):
+    del f[name]
+    f.create_dataset(name, data=np.frombuffer(text.encode(), dtype=np.uint8))
+
+
+def _meta_with(**changes):
+    meta = {**_meta(10), **changes}
+    return lambda f: _put(f, "meta", json.dumps({k: v for k, v in meta.items() if v is not ...}))
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda f: f.__delitem__("rank-2"), "holds the states of 2 ranks, this job has 3"),
+    (_meta_with(segment=...), "its meta has segment=None, not an integer"),
+    (_meta_with(segment="0"), "its meta has segment='0', not an integer"),
+    (_meta_with(time=True), "its meta has time=True, not a number"),
+    (_meta_with(identity=["mlp"]), "its meta has identity=['mlp'], not a JSON object"),
+    (_meta_with(clocks=[10, 1.5]), "its meta has clocks=[10, 1.5], not a list of integers"),
+    (lambda f: _put(f, "meta", "[1, 2]"), "its meta is not a JSON object"),
+    (lambda f: _put(f, "meta", "{not json"), "its meta is not a JSON object"),
+    (lambda f: _put(f, "rank-1/state", '{"role": {"__tensor__": 5}}'),
+     "rank-1/state: not a state mpips wrote (ValueError: refers to array 5 of 1)"),
+    (lambda f: _put(f, "rank-1/state", '{"role": {"__items__": [[1, 2, 3]]}}'), "rank-1/state: not a state"),
+    (lambda f: _put(f, "rank-1/state", '{"role": '), "rank-1/state: not a state mpips wrote (JSONDecodeError"),
+    (lambda f: (_put(f, "rank-0/state", '{"w": {"__tensor__": 0}}'), f.__delitem__("rank-0/0"),
+                f.create_dataset("rank-0/0", data=np.array([b"ab", b"c"]))),   # a tensor of strings
+     "rank-0/state: not a state mpips wrote (TypeError"),
+])
+def test_a_checkpoint_not_shaped_as_mpips_writes_it_is_one_line(tmp_path, edit, problem):
+    # (each passes its checksum; before, find_resume or a rank's decode raised
+    # KeyError, TypeError, AttributeError, IndexError or JSONDecodeError, or
+    # mpi4py's scatter failed on the rank count, each a traceback)
+    run = str(tmp_path)
+    write_checkpoint(run, _meta(5), _ranks(5))
+    path = write_checkpoint(run, _meta(10), _ranks(10))
+    _resealed(path, edit)
+    with pytest.raises(CheckpointError) as e:
+        find_resume(run, IDENTITY, 3)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"checkpoint {path}: {problem}"), message
+
+
+def test_decode_says_what_is_not_an_encoded_state():
+    for text, arrays in (('{"__array__": 1}', [np.zeros(2)]), ('{"__tensor__": "0"}', [np.zeros(2)]),
+                         ('{"__items__": 3}', []), ("[", [])):
+        with pytest.raises(ValueError, match="not a state mpips wrote"):
+            decode(text, arrays)

@@ -36,7 +36,7 @@ def test_settings_as_train_flags():
         "--workers", "4", "--lr", "0.05", "--evaluator", "--no-nesterov", "--run-dir", "r/x"]
 
 
-def test_each_run_under_mpi_gets_its_ranks_and_settings(tmp_path):
+def test_each_run_under_mpi_gets_its_ranks_and_settings(tmp_path, srun_on_path):
     job = tmp_path / "job.yaml"
     job.write_text("groups: 3\n")
     c = Comparison(["bsp", "gssp+gdtopk", "bsp"], [0, 1], {"workers": "3", "evaluator": True}, "out",
@@ -73,6 +73,12 @@ def test_bad_settings_stop_the_comparison_before_any_run(tmp_path):
     (["--seeds", "0,x", "--workers", "2"], "invalid --seeds '0,x': comma-separated integers"),
     (["--paradigms", "bsp"], "invalid workers=0: the number of workers is needed (--workers N)"),
     (["--workers", "2", "--lr", "fast"], "invalid lr='fast': must be of type float"),
+    # a launcher that cannot start the runs (each was a traceback: FileNotFoundError, ValueError)
+    (["--workers", "2", "--launcher", ""], "invalid --launcher '': empty; a command that starts N ranks"),
+    (["--workers", "2", "--launcher", "no-such-mpiexec -x"],
+     "invalid --launcher 'no-such-mpiexec -x': cannot start no-such-mpiexec (not on PATH, or not an executable"),
+    (["--workers", "2", "--launcher", "/"], "invalid --launcher '/': cannot start /"),
+    (["--workers", "2", "--launcher", "srun '--mpi=pmix"], "not a command line (No closing quotation)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert cli.main(["compare", "--runs", str(tmp_path), *argv]) == 2
@@ -80,6 +86,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert err == f"mpips: error: {err.split('mpips: error: ', 1)[1]}" and err.count("\n") == 1
     assert message in err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_launcher_that_starts_nothing_is_a_failed_run(tmp_path):
+    # (`true` exits 0: the run counted as finished, and reading its log was a traceback)
+    c = Comparison(["bsp"], [0], {"workers": 1, "iterations": 1}, str(tmp_path), launcher="true")
+    assert c.train() == ([], ["bsp-s0: exited 0 without a finished run log"])
 
 
 def test_compare_is_a_subcommand(capsys):

@@ -1,5 +1,8 @@
+import random
+
 import pytest
 
+from mpips.cli import main
 from mpips.config import Config, ConfigError, load
 from mpips.runtime.layout import make_layout
 
@@ -55,6 +58,23 @@ def test_bad_yaml_is_one_line(tmp_path, text, why):
     p.write_text(text)
     with pytest.raises(ConfigError, match=why):
         load(str(p))
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"\x80\x81 garbage \xfe", "not YAML text (invalid start byte at position 0)"),
+    (b"workers: 2\n\x00\x01", "not YAML text (special characters are not allowed at position 11)"),
+    (bytes(random.Random(0).randrange(256) for _ in range(4000)), "not YAML text"),
+    (b"[" * 100_000, "not valid YAML (nested too deeply)"),
+])
+def test_a_binary_yaml_file_is_one_line(tmp_path, capsys, content, why):
+    # (UnicodeDecodeError and RecursionError were tracebacks)
+    p = tmp_path / "run.yaml"
+    p.write_bytes(content)
+    assert main(["ranks", "--config", str(p), "--workers", "2"]) == 2
+    assert capsys.readouterr().err.startswith(f"mpips: error: invalid config='{p}': {why}")
+    with pytest.raises(ConfigError) as e:
+        load(str(p))
+    assert e.value.field == "config" and "\n" not in str(e.value)
 
 
 def test_missing_yaml_file():

@@ -210,7 +210,7 @@ def test_search_bisects_to_the_smallest_f_within_tolerance():
     assert bisect(lambda f: False, 0.0, 0.5, 4) is None       # not even the top of the range
 
 
-def test_search_runs_train_with_its_flags_last():
+def test_search_runs_train_with_its_flags_last(srun_on_path):
     r = ProbeRunner(ranks=3, launcher="srun --mpi=pmix", flags=["--epochs", "1", "--switch-at", "0.9"],
                     out="/o", timeout=None)
     cmd = r.command("/o/p", 0.25)
@@ -218,6 +218,16 @@ def test_search_runs_train_with_its_flags_last():
     assert cmd[cmd.index("train") + 1:] == ["--epochs", "1", "--switch-at", "0.9", "--paradigm",
                                             "syncswitch", "--switch-at", "0.25", "--run-dir", "/o/p"]
     assert "bsp" in r.command("/o/r", None)
+
+
+def test_search_refuses_a_launcher_that_cannot_start_it(tmp_path, capsys):
+    # (an empty one ran `-n`: FileNotFoundError, a traceback, after the folder was made)
+    from mpips import cli
+
+    assert cli.main(["syncswitch-search", "-n", "3", "--launcher", "", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mpips: error: invalid --launcher '': empty") and err.count("\n") == 1, err
+    assert not (tmp_path / "s").exists()
 
 
 # --- the protocol, simulated -------------------------------------------------------
