@@ -40,6 +40,10 @@
 # only; on the others, your site's prolog or `srun --ntasks-per-node=1
 # nvidia-cuda-mps-control -d` does it.
 #
+# Exit statuses: 0 finished, 1 failed or diverged, 2 bad input, 3 checkpointed
+# after SIGUSR1 (requeued), 128+N checkpointed after signal N (SIGTERM 143,
+# SIGINT 130: not requeued; the same job again resumes).
+#
 # SIGUSR1 protocol: Slurm signals this shell T seconds before the time limit
 # (#SBATCH --signal=B:USR1@T); the shell forwards USR1 to the launcher (mpirun
 # passes it on to every rank). The trainer writes a checkpoint and exits with
@@ -120,8 +124,17 @@ mpips_srun_mpi() {
 
 # --- launching ----------------------------------------------------------------
 _mpips_child=""
+_mpips_stopped=""
 _mpips_on_usr1() {
     _mpips_log "SIGUSR1: forwarding to the launcher (pid ${_mpips_child:-none})"
+    [ -n "$_mpips_child" ] && kill -USR1 "$_mpips_child" 2>/dev/null
+}
+# SIGTERM or SIGINT to this shell (`scancel --signal=TERM --batch`, Ctrl-C): the
+# same checkpoint, asked for with USR1 (mpirun, signalled TERM itself, kills its
+# ranks at once), but the job ends there, not requeued, with status 128+signal.
+_mpips_on_stop() {
+    _mpips_stopped="$1"
+    _mpips_log "SIG$1: asking for a checkpoint (USR1 to the launcher, pid ${_mpips_child:-none}); not requeued"
     [ -n "$_mpips_child" ] && kill -USR1 "$_mpips_child" 2>/dev/null
 }
 
@@ -166,6 +179,8 @@ mpips_launch() {
 
     # In the background so that the USR1 trap runs at once, not after the run.
     trap _mpips_on_usr1 USR1
+    trap '_mpips_on_stop TERM' TERM
+    trap '_mpips_on_stop INT' INT
     "${cmd[@]}" &
     _mpips_child=$!
     while :; do
@@ -175,9 +190,16 @@ mpips_launch() {
         break
     done
     _mpips_child=""
-    trap - USR1
+    trap - USR1 TERM INT
     _mpips_log "launcher exited with status $rc"
-    # 3 = mpips.io.checkpoint.PREEMPTED_EXIT; any other failure is not retried.
+    if [ -n "$_mpips_stopped" ]; then   # checkpointed (3) or finished meanwhile: not requeued
+        if [ "$rc" = 3 ]; then
+            _mpips_log "stopped by SIG$_mpips_stopped after a checkpoint: the same job again resumes it"
+            if [ "$_mpips_stopped" = TERM ]; then rc=143; else rc=130; fi
+        fi
+        return "$rc"
+    fi
+    # 3 = mpips.runtime.preemption.PREEMPTED_EXIT; any other failure is not retried.
     if [ "$rc" = 3 ] && [ "${MPIPS_REQUEUE:-1}" = 1 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
         _mpips_log "requeueing job $SLURM_JOB_ID to resume in the same run directory"
         scontrol requeue "$SLURM_JOB_ID"

@@ -243,3 +243,77 @@ def test_a_whole_run_under_the_global_budget_is_complete(tmp_path):
     s = json.loads(_info(run, "--json").stdout)
     assert s["complete"] is True and s["reason"] == ""
     assert s["samples_promised"] == s["samples_logged"] == 20 * 2 * 16
+
+
+def _flood(p: subprocess.Popen, signum: int, every: float, pids=None) -> threading.Thread:
+    """Send `signum` to mpirun (or to `pids`) every `every` seconds until the job ends."""
+    def send():
+        while p.poll() is None:
+            for pid in pids or [p.pid]:
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
+            time.sleep(every)
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_usr1_in_bursts_gives_one_checkpoint_and_exit_3_never_a_signal(tmp_path):
+    """USR1 every 20 ms from mid-run to the job's last breath (Slurm's preemption and
+    time limit come in bursts): one checkpoint, exit 3; the ones during the
+    shutdown change nothing (they killed ranks with signal 10: exit 138, not requeued)."""
+    tag = f"burst-{os.getpid()}"
+    run = tmp_path / "run"
+    p = _start(3, run, "--paradigm", "bsp", "--epochs", "20", "--device-time", "10ms", "--stall-timeout", "60",
+               tag=tag)
+    lines = _lines(p)
+    try:
+        _wait_for(lambda: (run / "rank-2.h5").exists(), "training")
+        _flood(p, signal.SIGUSR1, 0.02)
+        p.wait(timeout=200)
+    finally:
+        out = _output(p, lines)
+    assert p.returncode == 3, out[-3000:]
+    assert out.count("preempted: exiting with status 3") == 1 and "signal" not in out.lower(), out[-3000:]
+    assert len(checkpoint_files(str(run))) == 1
+
+
+def test_usr1_after_the_run_finished_exits_0(tmp_path):
+    tag = f"late-{os.getpid()}"
+    run = tmp_path / "run"
+    p = _start(3, run, "--paradigm", "bsp", "--epochs", "2", "--stall-timeout", "60", tag=tag)
+    lines = _lines(p)
+    try:
+        _wait_for(lambda: any("epoch  2.00" in line for line in lines), "the last evaluation")
+        _flood(p, signal.SIGUSR1, 0.01)
+        p.wait(timeout=200)
+    finally:
+        out = _output(p, lines)
+    assert p.returncode in (0, 3), out[-3000:]     # 3: a signal that came before the servers finished
+    assert "signal" not in out.lower(), out[-3000:]
+    assert RunLog(str(run)).status == ("finished" if p.returncode == 0 else "preempted")
+
+
+def test_sigterm_checkpoints_says_so_and_exits_143_without_requeue(tmp_path):
+    """SIGTERM to the ranks, as Slurm's scancel and time limit send to every
+    process of a step (under srun; Open MPI's mpirun, signalled itself, kills
+    its ranks at once: the job scripts turn its SIGTERM into USR1)."""
+    tag = f"term-{os.getpid()}"
+    run = tmp_path / "run"
+    flags = ["--paradigm", "bsp", "--epochs", "20", "--device-time", "10ms", "--stall-timeout", "60"]
+    p = _start(3, run, *flags, tag=tag)
+    lines = _lines(p)
+    try:
+        _wait_for(lambda: (run / "rank-2.h5").exists(), "training")
+        for pid in _ranks(tag).values():
+            os.kill(pid, signal.SIGTERM)
+        p.wait(timeout=200)
+    finally:
+        out = _output(p, lines)
+    assert p.returncode == 143, out[-3000:]
+    assert "stopped by SIGTERM: exiting with status 143 (not requeued)" in out, out[-3000:]
+    assert len(checkpoint_files(str(run))) == 1 and RunLog(str(run)).status == "preempted"
+    job = train(3, run, *flags)   # the same job again resumes from it
+    assert "resuming from" in job.output and job.log.completeness()["complete"]

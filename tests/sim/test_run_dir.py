@@ -6,6 +6,10 @@ run is left out; a directory in use by a running job is refused."""
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import h5py
 import pytest
@@ -80,3 +84,25 @@ def test_a_directory_in_use_is_refused_naming_the_holder(tmp_path, capsys):
     finally:
         lock.release()
     assert simulate(run, "--workers", "2") == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_simulation_stopped_by_a_signal_keeps_its_logs(tmp_path, signum):
+    """Its rows so far are written (SIGUSR1 lost every worker's), it says so, exit 128 + signal."""
+    run = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "mpips", "simulate", "--workers", "8", "--epochs", "200",
+                          "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (run / "run.h5").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)    # into the run: rows buffered, not yet flushed
+        p.send_signal(signum)
+        out = p.communicate(timeout=60)[0]
+    finally:
+        p.kill()
+    assert p.returncode == 128 + signum, out
+    name = signal.Signals(signum).name
+    assert f"the simulation stopped on {name}; its logs so far are written" in out and "Traceback" not in out, out
+    log = RunLog(str(run))
+    assert len(log.iterations) > 0 and log.status == "incomplete"

@@ -91,19 +91,25 @@ sys.exit(3)  # "checkpointed, not finished"
 """
 
 
-def test_usr1_is_forwarded_and_requeues(slurm, tmp_path):
-    """`--signal=B:USR1` reaches every rank through common.sh and mpirun; a
-    non-zero exit after it requeues the job, which then resumes."""
+def _signalled_job(slurm, tmp_path, signal_name: str) -> str:
+    """A job of USR1_RANK's ranks, sent `signal_name` (to its batch shell) once both are ready."""
     rank_py = tmp_path / "rank.py"
     rank_py.write_text(USR1_RANK)
-    script = tmp_path / "usr1.slurm"
+    script = tmp_path / "signalled.slurm"
     script.write_text(USR1_JOB.replace("{script}", f"{rank_py} {tmp_path}"))
     job = slurm.submit(script, env={"MPIPS_ROOT": REPO}, cwd=tmp_path)
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready.{r}").exists() for r in (0, 1)):
         assert time.monotonic() < deadline, slurm.describe(job)
         time.sleep(0.1)
-    slurm.run("scancel", "--batch", "--signal=USR1", job)
+    slurm.run("scancel", "--batch", f"--signal={signal_name}", job)
+    return job
+
+
+def test_usr1_is_forwarded_and_requeues(slurm, tmp_path):
+    """`--signal=B:USR1` reaches every rank through common.sh and mpirun; a
+    non-zero exit after it requeues the job, which then resumes."""
+    job = _signalled_job(slurm, tmp_path, "USR1")
     # The requeued run starts cred_expire + 1 s later: 121 s by default, 6 s
     # on the test cluster (StartTime=now is refused: "Job credential revoked").
     assert slurm.wait(job, timeout=60) == "COMPLETED", slurm.describe(job)
@@ -112,6 +118,20 @@ def test_usr1_is_forwarded_and_requeues(slurm, tmp_path):
     assert "requeueing job" in out, out
     assert sorted(re.findall(r"^rank (\d) resumed$", out, re.M)) == ["0", "1"], out
     assert slurm.job_info(job)["Restarts"] == "1"
+
+
+def test_term_to_the_script_checkpoints_and_is_not_requeued(slurm, tmp_path):
+    """SIGTERM to the batch shell (`scancel --signal=TERM --batch`, as a user
+    stopping a job) asks the ranks for the checkpoint with USR1 (mpirun,
+    signalled TERM itself, kills its ranks at once); the job ends with 143,
+    not requeued."""
+    job = _signalled_job(slurm, tmp_path, "TERM")
+    assert slurm.wait(job, timeout=60) == "FAILED", slurm.describe(job)
+    out = _output(slurm, job)
+    assert sorted(re.findall(r"^rank (\d) got USR1$", out, re.M)) == ["0", "1"], out
+    assert "SIGTERM: asking for a checkpoint" in out and "stopped by SIGTERM after a checkpoint" in out, out
+    assert "requeueing" not in out and slurm.job_info(job)["Restarts"] == "0", out
+    assert slurm.job_info(job)["ExitCode"] == "143:0", slurm.describe(job)
 
 
 def test_gpu_settings_reach_the_job(slurm, tmp_path):
