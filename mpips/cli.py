@@ -156,6 +156,7 @@ def cmd_train(args, comm=None) -> int:
 
 def cmd_simulate(args) -> int:
     overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
+    from .io.log import DiskFull
     from .runtime.job import TrainingFailed
     from .runtime.scheduler import TaskFailed
     from .runtime.simulate import simulate
@@ -166,7 +167,7 @@ def cmd_simulate(args) -> int:
         simulate(load(getattr(args, "config", None), overrides))
     except (ConfigError, DataError) as e:
         return _fail(str(e))
-    except TrainingFailed as e:
+    except (TrainingFailed, DiskFull) as e:
         return _fail(str(e), 1)
     except (TaskFailed, StallError) as e:
         return _fail(f"the simulated job failed: {e}", 1)

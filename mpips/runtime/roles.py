@@ -87,4 +87,6 @@ def _finish(ctx: Context, evaluator: Evaluator) -> None:
     ctx.wait_for_servers_done()
     if evaluator.last_pushes != evaluator.applied()[1]:
         evaluator.evaluate()
-    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=evaluator.current_params().copy())
+    # the status last, once every rank's log is closed (job.judge_training)
+    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=evaluator.current_params().copy(),
+                  status=None)
