@@ -24,8 +24,14 @@ from .plugins import raised_in_plugin
 
 def abort_job(comm, e: BaseException) -> None:
     """A rank failed unexpectedly: say so with its traceback and end every
-    rank of the job (`comm.Abort`); does not return."""
+    rank of the job (`comm.Abort`); does not return. A full disk is one line
+    naming the file (mpips.io.log.DiskFull): its traceback tells no more."""
+    from .io.log import DiskFull
+
     rank = comm.Get_rank()
+    if isinstance(e, DiskFull):
+        print(f"mpips: error: {e}", file=sys.stderr, flush=True)
+        comm.Abort(1)
     detail = "".join(traceback.format_exception(e)).rstrip()
     print(f"mpips: rank {rank}: {type(e).__name__}: {e}{raised_in_plugin(e)}\n{detail}\n"
           f"mpips: rank {rank}: aborting the job", file=sys.stderr, flush=True)

@@ -157,6 +157,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
 
 def cmd_simulate(args) -> int:
     overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
+    from .io.log import DiskFull
     from .runtime.job import TrainingFailed
     from .runtime.scheduler import TaskFailed
     from .runtime.simulate import simulate
@@ -170,7 +171,7 @@ def cmd_simulate(args) -> int:
         simulate(load(getattr(args, "config", None), overrides))
     except (ConfigError, DataError) as e:
         return _fail(str(e))
-    except TrainingFailed as e:
+    except (TrainingFailed, DiskFull) as e:
         return _fail(str(e), 1)
     except SimulationStopped as e:
         return _stopped(e)

@@ -2,7 +2,8 @@
 
 One HDF5 file per checkpoint, <run>/checkpoints/ckpt-<step>.h5 (step =
 server 0's optimizer steps), written by rank 0 under a temporary name and
-renamed when complete; the newest KEEP are kept. It holds:
+renamed when complete (removed if the write fails: a full disk is
+mpips.io.log.DiskFull); the newest KEEP are kept. It holds:
 
 - `meta` (JSON): the checkpoint's number and reason, the segment (job) that
   wrote it, the training time, clocks and server steps at the cut, the
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 import torch
+
+from .log import written_whole
 
 KEEP = 2                # newest checkpoints kept
 FORMAT = "mpips-checkpoint-1"
@@ -157,11 +160,12 @@ def write_checkpoint(run_dir: str, meta: dict, ranks: list[tuple[str, list[np.nd
     """One file for the whole cut (`ranks[r]` = rank r's encoded state),
     renamed into place once complete; older ones beyond the newest KEEP go."""
     folder = checkpoint_dir(run_dir)
-    os.makedirs(folder, exist_ok=True)
     name = f"ckpt-{meta['step']:08d}.h5"
     path, tmp = os.path.join(folder, name), os.path.join(folder, f".{name}.tmp")
     meta_text = json.dumps(meta)
-    with h5py.File(tmp, "w") as f:
+    # renamed once whole (a job killed meanwhile leaves the old ones intact);
+    # none if it fails (a full disk: DiskFull naming the checkpoint)
+    with written_whole(path, tmp) as f:
         f.attrs["format"] = FORMAT
         f.create_dataset("meta", data=_bytes(meta_text))
         for r, (text, arrays) in enumerate(ranks):
@@ -170,9 +174,6 @@ def write_checkpoint(run_dir: str, meta: dict, ranks: list[tuple[str, list[np.nd
             for i, a in enumerate(arrays):
                 g.create_dataset(str(i), data=a)
         f.attrs["sha256"] = _digest(meta_text, ranks)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)   # atomic: a job killed meanwhile leaves the old ones intact
     for old in checkpoint_files(run_dir)[:-KEEP]:
         os.remove(old)
     return path

@@ -12,13 +12,26 @@ Writers append rows to resizable datasets and flush every few seconds in
 SWMR mode, so a job killed at any moment leaves files that open, holding the
 rows up to the last flush. Readers open a file still open for writing with
 swmr=True for the same reason (`_open_rank_file`).
+
+A full disk. A write that finds it full raises DiskFull, one line naming
+the file, and leaves every file as it was before: run.h5 (and a checkpoint)
+is built in memory and written under a temporary name renamed over it
+(`written_whole`), and a rank log writes a flush only where the disk holds
+it (`RankLog._room`). HDF5 (2.0) that ran out of space itself wrote a
+table's new length and not its rows (read back as zeros), left run.h5 that
+no tool could open, and crashed the process when it closed the file.
 """
 from __future__ import annotations
 
+import errno
 import glob
+import io
 import json
 import os
+import platform
+import re
 import time
+from contextlib import contextmanager
 from typing import Any
 
 import h5py
@@ -60,22 +73,93 @@ def rank_file(run_dir: str, rank: int, segment: int = 0) -> str:
     return os.path.join(run_dir, f"rank-{rank}.h5" if segment == 0 else f"rank-{rank}.s{segment}.h5")
 
 
+class DiskFull(OSError):
+    """A write that found no space left on its disk (or its quota spent).
+    `str()` is one line naming the file."""
+
+    def __init__(self, path: str, detail: str = os.strerror(errno.ENOSPC)):
+        self.path = path
+        super().__init__(f"disk full writing {path}: {detail}")
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _full(e: BaseException) -> int:
+    """The errno of a full disk behind `e`, or 0: an OSError's own, or the one
+    HDF5 puts in its message (h5py raises a RuntimeError for a failed flush)."""
+    if getattr(e, "errno", None) in _FULL:
+        return e.errno
+    found = re.search(r"errno = (\d+)", str(e))
+    return int(found.group(1)) if found and int(found.group(1)) in _FULL else 0
+
+
+@contextmanager
+def writing(path: str):
+    """Writes to `path` inside: one that finds the disk full is DiskFull, one
+    line naming the file (h5py's message is HDF5's internals, over lines)."""
+    try:
+        yield
+    except (OSError, RuntimeError) as e:
+        code = _full(e)
+        if not code:
+            raise
+        raise DiskFull(path, os.strerror(code)) from None
+
+
+@contextmanager
+def written_whole(path: str, tmp: str, *, changing: bool = False):
+    """An HDF5 file (h5py.File) to fill in, built in memory (`changing`: from
+    `path` as it is, if it is there), then written to `tmp`, synced and
+    renamed over `path`: atomic, so a reader, or a job killed meanwhile,
+    finds the file before or after; a write that fails removes `tmp` (a
+    partial file, and the space a full disk needs back). HDF5 never writes
+    to the disk itself (see above)."""
+    image = io.BytesIO()
+    if changing and os.path.exists(path):
+        with open(path, "rb") as fh:
+            image.write(fh.read())
+    with h5py.File(image, "a") as f:
+        yield f
+    try:
+        with writing(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "wb") as fh:
+                fh.write(image.getbuffer())
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+CHUNK = 256        # rows per chunk of a table
+ROOM = 64 * 1024   # bytes a rank log's flush leaves free besides its rows, for HDF5's own blocks
+
+
 class RankLog:
-    """One rank's log file; rows are buffered and appended on `flush`."""
+    """One rank's log file; rows are buffered and appended on `flush`.
+    `writers`: the ranks that may flush to the same disk at once (a job's
+    flush together), each leaving room for theirs (`_room`)."""
 
     def __init__(self, path: str, rank: int, *, flush_seconds: float = 2.0, segment: int = 0,
-                 run_id: str = ""):
+                 writers: int = 1, run_id: str = ""):
+        self.path = path
         self.rank = rank
         self.flush_seconds = flush_seconds
-        self._file = h5py.File(path, "w", libver="latest")
-        self._file.attrs["rank"] = rank
-        self._file.attrs["segment"] = segment
-        self._file.attrs["run_id"] = run_id   # the reader takes only files of its run (mpips/io/rundir.py)
-        self._sets = {name: self._file.create_dataset(name, shape=(0,), maxshape=(None,),
-                                                      dtype=dt, chunks=(256,))
-                      for name, dt in TABLES.items()}
+        self.writers = writers
+        self._failed: DiskFull | None = None
+        with writing(path):
+            self._file = h5py.File(path, "w", libver="latest")
+            self._file.attrs["rank"] = rank
+            self._file.attrs["segment"] = segment
+            self._file.attrs["run_id"] = run_id   # the reader takes only files of its run (mpips/io/rundir.py)
+            self._sets = {name: self._file.create_dataset(name, shape=(0,), maxshape=(None,),
+                                                          dtype=dt, chunks=(CHUNK,))
+                          for name, dt in TABLES.items()}
+            self._file.swmr_mode = True
         self._rows: dict[str, list] = {name: [] for name in TABLES}
-        self._file.swmr_mode = True
         self._last_flush = time.monotonic()
 
     def row(self, table: str, *values) -> None:
@@ -87,18 +171,43 @@ class RankLog:
         self.row("events", now, self.rank, kind, json.dumps(data, default=_json_default))
 
     def flush(self) -> None:
-        for name, rows in self._rows.items():
-            if rows:
-                ds = self._sets[name]
-                n = ds.shape[0]
-                ds.resize((n + len(rows),))
-                ds[n:] = np.array(rows, dtype=TABLES[name])
-                rows.clear()
-        self._file.flush()
+        """Append the rows; DiskFull if the disk cannot take them, and from
+        then on at every flush: the file keeps the rows of the flushes before."""
+        if self._failed:
+            raise self._failed
+        try:
+            with writing(self.path):
+                self._room()
+                for name, rows in self._rows.items():
+                    if rows:
+                        ds = self._sets[name]
+                        n = ds.shape[0]
+                        ds.resize((n + len(rows),))
+                        ds[n:] = np.array(rows, dtype=TABLES[name])
+                        rows.clear()
+                self._file.flush()
+        except DiskFull as e:
+            self._failed = e
+            raise
         self._last_flush = time.monotonic()
 
+    def _room(self) -> None:
+        """DiskFull, before anything is written, where the disk may not hold
+        this flush (rows, a chunk per table, HDF5's blocks) and those of the
+        other writers at once: HDF5 that runs out of space leaves rows of
+        zeros behind, and a process that cannot close its file."""
+        rows = sum((len(r) + CHUNK) * TABLES[name].itemsize for name, r in self._rows.items() if r)
+        rows += sum(len(kind) + len(data) for _, _, kind, data in self._rows["events"])
+        need = ROOM + self.writers * rows
+        disk = os.statvfs(self.path)
+        if disk.f_bavail * disk.f_frsize < need:
+            raise DiskFull(self.path, f"{disk.f_bavail * disk.f_frsize // 1024} KiB free, "
+                                      f"a flush of the logs needs {-(-need // 1024)} KiB")
+
     def close(self) -> None:
-        if self._file:
+        """Flush and close. A file a flush failed to write stays open: HDF5
+        crashed the process closing a file it had run out of space in."""
+        if self._file and not self._failed:
             self.flush()
             self._file.close()
             self._file = None
@@ -121,12 +230,24 @@ def run_id_of(run_dir: str) -> str | None:
         return None
 
 
+def _changing_run(run_dir: str, *, new: bool = False):
+    """run.h5 to change (`new`: to write afresh), written whole or not at all
+    (`written_whole`): a change in place that ran out of space left HDF5's
+    metadata half written, and no tool could open run.h5 again. The copy is
+    named by host and process: rank 0 changes run.h5, the evaluating rank at
+    the end, a rank that found the disk full."""
+    tmp = os.path.join(run_dir, f".run.h5.{platform.node()}.{os.getpid()}.tmp")
+    return written_whole(os.path.join(run_dir, "run.h5"), tmp, changing=not new)
+
+
 def write_run_header(run_dir: str, *, config: dict, layout: dict, versions: dict,
                      ranks: list[int], segment: int = 0, run_id: str = "") -> None:
     """run.h5 at the start: what was run, on what, and where the rank logs are.
     A job resumed from a checkpoint (segment k > 0) adds to it: the settings
     of the latest segment, `segments` = k + 1, links to its rank files."""
-    with h5py.File(os.path.join(run_dir, "run.h5"), "w" if segment == 0 else "a") as f:
+    for stale in glob.glob(os.path.join(run_dir, ".run.h5.*.tmp")):
+        os.remove(stale)   # a copy left by a job killed while it changed run.h5
+    with _changing_run(run_dir, new=segment == 0) as f:
         f.attrs["config"] = json.dumps(config)
         f.attrs["layout"] = json.dumps(layout)
         f.attrs["versions"] = json.dumps(versions)
@@ -147,9 +268,12 @@ def write_run_header(run_dir: str, *, config: dict, layout: dict, versions: dict
 
 
 def write_run_end(run_dir: str, *, wall_seconds: float, final_params: np.ndarray | None,
-                  status: str = "finished") -> None:
-    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
-        f.attrs["status"] = status
+                  status: str | None = "finished") -> None:
+    """The end of a run: its time, final parameters and status (None: left
+    to be set last, once every rank's log is closed: `set_status`)."""
+    with _changing_run(run_dir) as f:
+        if status:
+            f.attrs["status"] = status
         f.attrs["wall_seconds"] = wall_seconds
         if final_params is not None:
             if "final_params" in f:
@@ -159,17 +283,9 @@ def write_run_end(run_dir: str, *, wall_seconds: float, final_params: np.ndarray
 
 def set_status(run_dir: str, status: str, reason: str = "") -> None:
     """Change the run's status after its end (e.g. `failed`: it did not train)."""
-    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
+    with _changing_run(run_dir) as f:
         f.attrs["status"] = status
         f.attrs["status_reason"] = reason
-
-
-def add_status_reason(run_dir: str, reason: str) -> None:
-    """Say more about how the run ended, its status kept (e.g. a rank that
-    did not reach the end of a run whose training finished)."""
-    with h5py.File(os.path.join(run_dir, "run.h5"), "a") as f:
-        old = str(f.attrs.get("status_reason", ""))
-        f.attrs["status_reason"] = f"{old}; {reason}" if old else reason
 
 
 def set_user_objects(run_dir: str, objects: dict[str, str]) -> None:

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from ..io.checkpoint import Resume, clear_checkpoints, decode, encode, write_checkpoint
-from ..io.log import write_run_end
+from ..io.log import DiskFull, write_run_end
 from . import preemption
 from .state import G, S, W
 
@@ -68,6 +68,12 @@ class Preempted(Exception):
     def __init__(self, message: str, status: int = PREEMPTED_EXIT):
         super().__init__(message)
         self.status = status
+
+
+class DiskFullAtCheckpoint(Exception):
+    """Raised on every rank when the checkpoint's file found the disk full;
+    `str()` is DiskFull's line. (A rank's own log that does ends the job
+    from that rank: mpips/runtime/job.py.)"""
 
 
 class PreemptionSignal:
@@ -281,13 +287,21 @@ class Checkpointer:
             gathered = [g for g, _ in gathered]
             status = preemption.exit_status(preemption.which())   # server 0's signal decides
             try:
-                result = (write_checkpoint(self.run_dir, meta, gathered), None, status)
+                result = (write_checkpoint(self.run_dir, meta, gathered), None, False, status)
+            except DiskFull as e:
+                result = (None, str(e), True, status)
             except OSError as e:
-                result = (None, f"{type(e).__name__}: {e}", status)
+                result = (None, f"{type(e).__name__}: {e}", False, status)
         request = self.comm.Ibarrier()
         ctx.wait(request.Test, what=f"checkpoint {n} being written",
                  describe=lambda: "rank 0 writing the checkpoint file")
-        path, error, status = self.comm.bcast(result)
+        path, error, full, status = self.comm.bcast(result)
+        if full:
+            # the job ends here, every rank at the same cut: a disk that cannot take
+            # a checkpoint will soon not take the logs, and a run that goes on
+            # unprotected loses its work to a preemption; the checkpoints before
+            # stay whole (the newest one is what the job resumes from)
+            raise DiskFullAtCheckpoint(error)
         self.next_due = ctx.now() + self.config.checkpoint_every
         if self.rank == 0:
             seconds = time.perf_counter() - t

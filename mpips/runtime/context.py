@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Config
-from ..io.log import RankLog, add_status_reason
+from ..io.log import RankLog, set_status
 from ..paradigms import Paradigm
 from .clock import WALL, Clock
 from .layout import Layout
@@ -134,9 +134,10 @@ class Context:
             allgather_within(self.comm, None, what="the end of the run", warn=self.config.stall_warn,
                              timeout=self.config.stall_timeout, name=name)
         except SetupTimeout as e:
-            if self.rank == 0 and e.missing:
-                add_status_reason(self.run_dir, f"rank(s) {', '.join(name(r) for r in e.missing)} did not "
-                                                f"finish; the training's end and final parameters are saved")
+            if self.rank == 0 and e.missing:   # the training's end is saved (roles._finish): say so
+                self.log.flush()
+                set_status(self.run_dir, "finished", f"rank(s) {', '.join(name(r) for r in e.missing)} did "
+                                                     f"not finish; the training's end and final parameters are saved")
             e.status = 1
             raise
 

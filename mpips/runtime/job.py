@@ -1,6 +1,7 @@
 """Start a job: agree on the set-up, split roles, make the windows, run each role."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import platform
@@ -15,14 +16,14 @@ from .. import __version__
 from ..config import Config, ConfigError
 from ..io.checkpoint import CheckpointError, find_resume
 from ..io.checkpoint import identity as checkpoint_identity
-from ..io.log import RankLog, rank_file, run_id_of, set_status, write_run_header
+from ..io.log import DiskFull, RankLog, rank_file, run_id_of, set_status, write_run_header
 from ..io.rundir import RunDirLock, claim, new_run_id
 from ..paradigms import make_paradigm
 from ..paradigms.base import counted
 from ..training.data import DataError, dataset_label, load_dataset
 from ..training.flatmodel import FlatModel
 from ..training.models import build_model, check_model, model_label
-from .checkpointer import Checkpointer, Preempted
+from .checkpointer import Checkpointer, DiskFullAtCheckpoint, Preempted
 from .context import Context
 from .layout import EVALUATOR, SERVER, WORKER, make_layout
 from .levels import run_two_levels
@@ -308,64 +309,97 @@ def _train(config: Config, comm: MPI.Intracomm, model, dataset, loss, held: list
     control = ControlTable(comm, layout.server_ranks[0], layout.clients, layout.servers)
     t0 = comm.bcast(time.time() if rank == 0 else None)
     comm.Barrier()  # run_dir exists before anyone opens a file in it
-    log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
-                  segment=segment, run_id=run_id)
-    ctx = Context(config=config, layout=layout, comm=comm, role_comm=role_comm, rank=rank,
-                  role=role, index=index, run_dir=run_dir, t0=t0, store=store, control=control,
-                  log=log, paradigm=paradigm, iterations=iterations, iterations_per_epoch=ipe,
-                  num_params=flat.n, checkpointer=checkpointer, total_samples=total_samples,
-                  budget_table=control, loss_fn=loss)
-    if rank == 0:
-        announce(ctx, size, versions(), workload(config, user_model, dataset, model), run_id=run_id)
-    checkpointer.begin(ctx)
-    preempted, failed = None, ""
-    try:
-        if layout.group_servers:  # a second level of servers (mpips/runtime/levels.py)
-            worker = run_two_levels(ctx, flat, data)
-        else:
-            worker = run_roles(ctx, flat, data)
-        failed = _check_trained(ctx, worker)
-    except Preempted as e:
-        preempted = e  # every rank stopped after the same checkpoint: end cleanly, then say so
-    finally:
+    stopped, counts = None, (0, 0)
+    with _full_disk_ends_job(comm, control, run_dir):
+        log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
+                      segment=segment, writers=size, run_id=run_id)
+        ctx = Context(config=config, layout=layout, comm=comm, role_comm=role_comm, rank=rank,
+                      role=role, index=index, run_dir=run_dir, t0=t0, store=store, control=control,
+                      log=log, paradigm=paradigm, iterations=iterations, iterations_per_epoch=ipe,
+                      num_params=flat.n, checkpointer=checkpointer, total_samples=total_samples,
+                      budget_table=control, loss_fn=loss)
+        if rank == 0:
+            announce(ctx, size, versions(), workload(config, user_model, dataset, model), run_id=run_id)
+        checkpointer.begin(ctx)
+        try:
+            if layout.group_servers:  # a second level of servers (mpips/runtime/levels.py)
+                worker = run_two_levels(ctx, flat, data)
+            else:
+                worker = run_roles(ctx, flat, data)
+            counts = _pushes(ctx, worker)
+        except (Preempted, DiskFullAtCheckpoint) as e:
+            stopped = e  # every rank stopped after the same checkpoint: end cleanly, then say so
+        except BaseException:
+            with contextlib.suppress(DiskFull):   # the job reports what failed first
+                log.close()
+            checkpointer.close()
+            raise
         log.close()
-        checkpointer.close()
+    comm.Barrier()   # every rank's log is whole before run.h5 says `finished`
+    checkpointer.close()
     store.free()
     control.free()
     role_comm.Free()
-    if preempted is not None:
-        raise preempted
-    if failed:
-        raise TrainingFailed(failed)
+    if isinstance(stopped, Preempted):
+        raise stopped
+    failure = str(stopped) if stopped else ""
+    why = comm.bcast(judge_training(run_dir, *counts, failure=failure) if rank == 0 else None)
+    if why:
+        raise TrainingFailed(why)
     return run_dir
 
 
-def _check_trained(ctx: Context, worker) -> str:
-    """After the end barrier, on every rank: '' if the run trained, else why not."""
+@contextlib.contextmanager
+def _full_disk_ends_job(comm: MPI.Intracomm, control: ControlTable, run_dir: str):
+    """A write of this rank's alone (its log, run.h5) found the disk full
+    while the others train, or wait for it: every rank ends (comm.Abort;
+    its log's file left as it is, see RankLog.close) with one line, said by
+    the first rank that failed (one that failed meanwhile gives it time to
+    go out), and run.h5 says `failed` if it can still be written (else
+    its status stays absent: the reader's `incomplete`)."""
+    try:
+        yield
+    except DiskFull as e:
+        if control.first_to_fail():
+            print(f"mpips: error: {e}", file=sys.stderr, flush=True)
+            if os.path.exists(os.path.join(run_dir, "run.h5")):   # (none before rank 0's header)
+                with contextlib.suppress(OSError):
+                    set_status(run_dir, "failed", str(e))
+        else:
+            time.sleep(1)
+        comm.Abort(1)
+
+
+def _pushes(ctx: Context, worker) -> tuple[int, int]:
+    """After the end barrier, on every rank: the run's (rejected pushes, pushes)."""
     mine = np.array([worker.rejected, worker.clock] if worker is not None else [0, 0], dtype=np.int64)
     rejected, pushes = (int(x) for x in ctx.comm.allreduce(mine))
-    return judge_training(ctx.run_dir, rejected, pushes, first=ctx.rank == 0)
+    return rejected, pushes
 
 
-def judge_training(run_dir: str, rejected: int, pushes: int, *, first: bool) -> str:
-    """'' if the run trained, else why not (then run.h5 says `failed` or
-    `diverged`, not `finished`, and the job exits 1). Rejected pushes (NaN or
-    Inf gradients) are never applied: a run of nothing else made no update,
-    and one of mostly those diverged (--lr 1e6: 86 of 90 rejected, and it said
-    `finished`). `first`: the rank that says so."""
-    if not rejected:
-        return ""
-    if 2 * rejected <= pushes:
-        if first:
-            print(f"mpips: warning: {rejected} of {pushes} pushes were rejected (NaN or Inf "
-                  f"gradients) and not applied", file=sys.stderr, flush=True)
-        return ""
-    if rejected < pushes:
+def judge_training(run_dir: str, rejected: int, pushes: int, *, failure: str = "") -> str:
+    """Rank 0, once every rank's log is closed: the run's status, last of all
+    (a `finished` written at the final evaluation stayed when a log could not
+    be closed after it); '' if the run finished, else why not (then run.h5
+    says `failed` or `diverged`, and the job exits 1). `failure`: a log or
+    checkpoint that could not be written (a full disk). Rejected pushes (NaN
+    or Inf gradients) are never applied: a run of nothing else made no
+    update, and one of mostly those diverged (--lr 1e6: 86 of 90 rejected,
+    and it said `finished`)."""
+    status, why = "finished", ""
+    if failure:
+        status, why = "failed", failure
+    elif rejected and 2 * rejected <= pushes:
+        print(f"mpips: warning: {rejected} of {pushes} pushes were rejected (NaN or Inf "
+              f"gradients) and not applied", file=sys.stderr, flush=True)
+    elif rejected and rejected < pushes:
         status, why = "diverged", (f"{rejected} of {pushes} pushes were rejected (NaN or Inf gradients): "
                                    f"the run diverged (a smaller --lr?)")
-    else:
+    elif rejected:
         status, why = "failed", (f"no update was made: all {pushes} pushes were rejected (NaN or Inf "
                                  f"gradients); the run did not train (a smaller --lr?)")
-    if first:
+    try:
         set_status(run_dir, status, why)
+    except DiskFull as e:
+        return why or str(e)   # no status: the reader's `incomplete`
     return why

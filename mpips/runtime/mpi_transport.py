@@ -200,7 +200,8 @@ class ControlTable(TableLayout):
         super().__init__(workers, servers)
         self.comm = comm
         self.home = home
-        count = self.size if comm.Get_rank() == home else 0
+        # one cell more, past the table (no read takes it, no checkpoint keeps it): `first_to_fail`
+        count = self.size + 1 if comm.Get_rank() == home else 0
         self._win, _ = _allocate(comm, count, np.float64)
         comm.Barrier()
         self._win.Lock_all()
@@ -227,6 +228,11 @@ class ControlTable(TableLayout):
         self._win.Fetch_and_op([self._one, MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
         self._win.Flush(self.home)
         return float(result[0])
+
+    def first_to_fail(self) -> bool:
+        """Whether no rank asked before (fetch-and-add on the cell past the
+        table): of ranks that fail at once (a full disk), one says why."""
+        return self.add(self.size, 1) == 0
 
     def free(self) -> None:
         self._win.Unlock_all()

@@ -96,4 +96,5 @@ def _finish(ctx: Context, evaluator: Evaluator | None) -> None:
         evaluator.evaluate()
     params = np.empty(ctx.num_params, dtype=np.float32)
     ctx.store.observe(params)
-    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=params)
+    # the status last, once every rank's log is closed (job.judge_training)
+    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=params, status=None)

@@ -121,8 +121,7 @@ def _simulate(config: Config, size: int, layout, data, model, paradigm, ipe: flo
         for ctx in contexts:
             ctx.log.close()
     workers = [t.result for t in tasks if isinstance(t.result, Worker)]
-    why = judge_training(config.run_dir, sum(w.rejected for w in workers), sum(w.clock for w in workers),
-                         first=True)
+    why = judge_training(config.run_dir, sum(w.rejected for w in workers), sum(w.clock for w in workers))
     if why:
         raise TrainingFailed(why)
     return config.run_dir
