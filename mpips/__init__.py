@@ -7,7 +7,8 @@ The Python API, flat (under mpirun/srun, on every rank):
     log = mpips.train(paradigm="ssp", staleness=3, model=my_model, dataset=(x, y, xt, yt))
     log.iterations_df                      # a pandas DataFrame per table
 
-`import mpips` imports neither mpi4py nor torch; `train` does, when called.
+and in one process, in virtual time: `mpips.simulate(workers=16, ...)`, the same keywords.
+`import mpips` imports neither mpi4py nor torch; `train` and `simulate` do, when called.
 """
 
 __version__ = "0.1.0"
@@ -15,7 +16,8 @@ __version__ = "0.1.0"
 from .config import Config, ConfigError, load  # noqa: E402
 from .paradigms import Paradigm, register_paradigm, unregister_paradigm  # noqa: E402
 
-_LAZY = {"RunLog": ("io.log", "RunLog"), "train": ("api", "train"), "TrainingFailed": ("runtime.job", "TrainingFailed"),
+_LAZY = {"RunLog": ("io.log", "RunLog"), "train": ("api", "train"), "simulate": ("api", "simulate"),
+         "TrainingFailed": ("runtime.job", "TrainingFailed"),
          "SetupError": ("runtime.job", "SetupError")}
 
 
@@ -31,5 +33,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'mpips' has no attribute {name!r}")
 
 
-__all__ = ["Config", "ConfigError", "load", "RunLog", "train", "Paradigm", "register_paradigm",
+__all__ = ["Config", "ConfigError", "load", "RunLog", "train", "simulate", "Paradigm", "register_paradigm",
            "unregister_paradigm", "TrainingFailed", "SetupError", "__version__"]

@@ -1,4 +1,5 @@
-"""`mpips.train`: the Python API, called on every rank under mpirun/srun.
+"""`mpips.train`: the Python API, called on every rank under mpirun/srun;
+`mpips.simulate`: the same job in one process, in virtual time.
 
     import mpips
     log = mpips.train(paradigm="ssp", staleness=3, epochs=2,
@@ -6,6 +7,7 @@
                       dataset=(x_train, y_train, x_test, y_test),
                       loss=torch.nn.functional.cross_entropy)
     print(log.iterations_df.groupby("worker").wait.sum())
+    log = mpips.simulate(workers=64, paradigm="ssp", model=..., dataset=...)
 
 Bad input ends the job on every rank with the same one-line `SetupError`
 (or `ConfigError`); any other failure of a rank aborts the whole job with
@@ -39,49 +41,11 @@ def abort_job(comm, e: BaseException) -> None:
 
 
 def as_dataset(dataset: Any):
-    """A user's dataset as mpips.training.data.Dataset: a data.Dataset; a tuple
-    (x_train, y_train, x_test, y_test) of tensors or arrays; or a pair
-    (train, test) of torch Datasets yielding (x, y) (read into memory once:
-    every rank holds the whole training set). Labels are class indices."""
-    import numpy as np
-    import torch
+    """A user's dataset as mpips.training.data.Dataset (see there: tensors,
+    arrays or torch Datasets); None stays None."""
+    from .training.data import as_dataset as convert   # torch: only when called
 
-    from .training.data import Dataset
-
-    if dataset is None or isinstance(dataset, Dataset):
-        return dataset
-    if isinstance(dataset, dict):
-        dataset = tuple(dataset[k] for k in ("x_train", "y_train", "x_test", "y_test"))
-    if not isinstance(dataset, (tuple, list)) or len(dataset) not in (2, 4):
-        raise ConfigError("dataset", type(dataset).__name__,
-                          "a user's dataset is (x_train, y_train, x_test, y_test) tensors or "
-                          "(train, test) torch Datasets")
-    if len(dataset) == 2:
-        parts = []
-        for split in dataset:
-            try:
-                xs, ys = zip(*(split[i] for i in range(len(split))))
-            except Exception as e:  # noqa: BLE001 - a user's Dataset may raise anything
-                raise ConfigError("dataset", type(split).__name__,
-                                  f"cannot read it as (x, y) items: {type(e).__name__}: {e}") from None
-            parts += [torch.stack([torch.as_tensor(x) for x in xs]), torch.as_tensor(np.asarray(ys))]
-        dataset = parts
-    x_train, y_train, x_test, y_test = (torch.as_tensor(np.asarray(t)) if not isinstance(t, torch.Tensor) else t
-                                        for t in dataset)
-    if x_train.is_floating_point():
-        x_train, x_test = x_train.float(), x_test.float()
-    y_train, y_test = y_train.long(), y_test.long()
-    for name, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
-        if len(x) != len(y) or len(x) == 0 or y.dim() != 1:
-            raise ConfigError("dataset", f"{name} {tuple(x.shape)}/{tuple(y.shape)}",
-                              "needs as many labels (one class index each) as samples, and at least one")
-    if x_train.shape[1:] != x_test.shape[1:]:
-        raise ConfigError("dataset", f"{tuple(x_train.shape)}/{tuple(x_test.shape)}",
-                          "train and test samples differ in shape")
-    num_classes = int(max(y_train.max(), y_test.max())) + 1
-    if int(min(y_train.min(), y_test.min())) < 0:
-        raise ConfigError("dataset", "labels", "class indices must be >= 0")
-    return Dataset("user", x_train, y_train, x_test, y_test, tuple(x_train.shape[1:]), num_classes)
+    return convert(dataset)
 
 
 def describe_objects(model, dataset, loss) -> dict[str, str]:
@@ -97,6 +61,38 @@ def describe_objects(model, dataset, loss) -> dict[str, str]:
     if loss is not None:
         out["loss"] = getattr(loss, "__qualname__", None) or type(loss).__name__
     return out
+
+
+def _settings(config: Config | str | None, overrides: dict) -> Config:
+    """A Config, a YAML file or None (the defaults), with `overrides` on top."""
+    if isinstance(config, Config):
+        return load(None, {**config.to_dict(), **overrides})
+    return load(config, overrides)
+
+
+def _record_objects(run_dir: str, model, dataset, loss) -> None:
+    """run.h5 names the user's objects, if any (RunLog.user_objects)."""
+    if model is not None or dataset is not None or loss is not None:
+        from .io.log import set_user_objects
+
+        set_user_objects(run_dir, describe_objects(model, dataset, loss))
+
+
+def simulate(config: Config | str | None = None, *, model: Any = None, dataset: Any = None,
+             loss: Callable | None = None, **overrides: Any):
+    """`mpips simulate` from Python: every role of the job in this one process,
+    in virtual time (mpips/runtime/simulate.py); returns the run's `RunLog`.
+    The keywords are `train`'s, but `comm` (`workers` is needed). Raises
+    ConfigError or DataError (mpips.training.data) for bad input,
+    TrainingFailed for a run that did not train."""
+    config, dataset = _settings(config, overrides), as_dataset(dataset)
+
+    from .io.log import RunLog
+    from .runtime.simulate import simulate as run
+
+    run_dir = run(config, model=model, dataset=dataset, loss=loss)
+    _record_objects(run_dir, model, dataset, loss)
+    return RunLog(run_dir)
 
 
 def train(config: Config | str | None = None, *, model: Any = None, dataset: Any = None,
@@ -119,13 +115,9 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD if comm is None else comm
-    if isinstance(config, Config):
-        config = load(None, {**config.to_dict(), **overrides})
-    else:
-        config = load(config, overrides)
-    dataset = as_dataset(dataset)
+    config, dataset = _settings(config, overrides), as_dataset(dataset)
 
-    from .io.log import RunLog, set_user_objects
+    from .io.log import RunLog
     from .runtime.checkpointer import Preempted
     from .runtime.job import SetupError, TrainingFailed
     from .runtime.job import train as run
@@ -133,8 +125,8 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
 
     try:
         run_dir = run(config, comm, model=model, dataset=dataset, loss=loss)
-        if comm.Get_rank() == 0 and (model is not None or dataset is not None or loss is not None):
-            set_user_objects(run_dir, describe_objects(model, dataset, loss))
+        if comm.Get_rank() == 0:
+            _record_objects(run_dir, model, dataset, loss)
         comm.Barrier()   # every rank has closed its log file (and rank 0 written run.h5)
         return RunLog(run_dir)
     except (SetupError, TrainingFailed, Preempted, ConfigError):

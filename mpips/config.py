@@ -17,9 +17,10 @@ from .paradigms.grouping import GROUPINGS
 from .paradigms.predict import PREDICTORS
 from .paradigms.value_staleness import VSGD_RULES
 from .training.emulation import parse_device_time, parse_random_stragglers, parse_slowdown, parse_stragglers
-from .validate import ConfigError, coerce_to  # noqa: F401 - ConfigError: part of this module's interface
+from .validate import ConfigError, coerce_to, function_name  # noqa: F401 - ConfigError: part of this module's interface
 
-DATASETS = ("digits", "mnist", "cifar10", "synthetic")
+DATASETS = ("digits", "mnist", "cifar10", "synthetic", "mnist1d", "mnist5k")
+ALLOWED_DATASETS = f"allowed: {', '.join(DATASETS)}, or package.module:function"
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("none", "step", "cosine")
 DEVICES = ("cpu", "cuda", "auto")
@@ -29,6 +30,7 @@ VALUE_MEASURES = ("exact", "bound")
 BUDGETS = ("global", "per-worker")
 ASYNC_MOMENTUM = ("compensated", "as-set")
 MAX_SYNTHETIC = 10_000_000   # samples of the synthetic dataset (64 floats each, on every rank)
+MAX_MNIST1D = 1_000_000      # samples of mnist1d (made in about 2 minutes per million, once)
 MIN_STALL_TIMEOUT = 1.0      # seconds
 
 
@@ -48,9 +50,11 @@ class Config:
                                    "Python also a mapping); the built-in ones take none")
     servers: int = _f(1, "parameter-server ranks (shards of the parameters)")
     workers: int = _f(0, "worker ranks; 0 = derived from the world size")
-    dataset: str = _f("digits", "dataset", DATASETS)
+    dataset: str = _f("digits", "digits, mnist, cifar10, synthetic, mnist1d, mnist5k, or "
+                                "package.module:function returning (x_train, y_train, x_test, y_test) "
+                                "or (train, test) torch Datasets")
     data_dir: str = _f("", "directory with MNIST IDX files or CIFAR-10 python batches")
-    model: str = _f("mlp", "mlp, lenet5, resnet, or package.module:function")
+    model: str = _f("mlp", "mlp, lenet5, resnet, cnn1d, or package.module:function")
     device: str = _f("cpu", "where workers and the evaluator compute (servers: the cpu)", DEVICES)
     epochs: float = _f(5.0, "passes over the training set (budget global: by all workers together; "
                             "per-worker: over each worker's shard)")
@@ -61,8 +65,11 @@ class Config:
                      BUDGETS)
     time_limit: float = _f(0.0, "also end training after this many seconds (0 = no limit)")
     batch_size: int = _f(16, "samples per worker per iteration")
-    test_fraction: float = _f(0.2, "held-out fraction for evaluation")
+    test_fraction: float = _f(0.2, "held-out fraction for evaluation (digits, synthetic, mnist5k, a "
+                                     "seeded split; the other datasets come with their test sets)")
     synthetic_samples: int = _f(4096, "samples of the synthetic dataset")
+    mnist1d_samples: int = _f(0, "samples of mnist1d, training and test (80/20, mnist1d's split); "
+                                 "0 = the published 5000 (4000 + 1000)")
     seed: int = _f(0, "seed of data order, initial weights and emulated stragglers")
     # optimizer (applied at the servers) ------------------------------------
     optimizer: str = _f("sgd", "server-side optimizer", OPTIMIZERS)
@@ -173,6 +180,13 @@ class Config:
         if self.synthetic_samples > MAX_SYNTHETIC:
             raise ConfigError("synthetic_samples", self.synthetic_samples,
                               f"must be an integer in [16, {MAX_SYNTHETIC}] (it is built in memory on every rank)")
+        _at_least(self, "mnist1d_samples", 0)
+        if self.mnist1d_samples % 10 or self.mnist1d_samples > MAX_MNIST1D:
+            raise ConfigError("mnist1d_samples", self.mnist1d_samples,
+                              f"0 (the published 5000) or a multiple of 10 (as many of each digit) "
+                              f"up to {MAX_MNIST1D}")
+        if self.dataset not in DATASETS:
+            function_name("dataset", self.dataset, ALLOWED_DATASETS)
         if self.staleness_high < self.staleness_low:
             raise ConfigError("staleness_high", self.staleness_high,
                               f"must be >= staleness_low ({self.staleness_low})")

@@ -4,15 +4,43 @@ their options, compressors, predictors), which must not import the
 configuration (it imports them, for their lists of names)."""
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, Callable
 
 
 class ConfigError(ValueError):
     """A bad setting. `str()` is one line naming the field and what is allowed."""
 
     def __init__(self, name: str, value: Any, allowed: str):
-        self.field = name
+        self.field, self.value, self.allowed = name, value, allowed
         super().__init__(f"invalid {name}={value!r}: {allowed}")
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as `Type: message` on one line (a user's code may raise anything)."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
+def function_name(name: str, text: str, allowed: str) -> tuple[str, str]:
+    """A `package.module:function` setting as (module, function), or a ConfigError naming `name`."""
+    module, _, function = text.partition(":")
+    if not module or not function or ":" in function:
+        raise ConfigError(name, text, allowed)
+    return module, function
+
+
+def user_function(name: str, text: str, allowed: str) -> Callable:
+    """The function a `package.module:function` setting `name` names (--model,
+    --dataset), imported; a one-line ConfigError naming `name` when it cannot be."""
+    module_name, function = function_name(name, text, allowed)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - importing a user's module runs its code
+        raise ConfigError(name, text, f"cannot import {module_name} ({one_line(e)})") from None
+    found = getattr(module, function, None)
+    if not callable(found):
+        raise ConfigError(name, text, f"module {module_name} has no function {function}")
+    return found
 
 
 def coerce_to(t: type, name: str, value: Any, shown: Any = None) -> Any:

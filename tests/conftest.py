@@ -7,6 +7,24 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture
+def user_package(tmp_path, monkeypatch):
+    """write(module, source): a module of a user's package in tmp_path, first on
+    the module search path; returns its name, `package.module`. A fresh package
+    name per test (tmp_path's name is unique), so no test finds another test's
+    package cached in sys.modules."""
+    package = f"userpkg_{tmp_path.name}"
+
+    def write(module: str, source: str) -> str:
+        (tmp_path / package).mkdir(exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / f"{module}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        return f"{package}.{module}"
+
+    return write
+
+
+@pytest.fixture
 def srun_on_path(tmp_path, monkeypatch):
     """A program named srun first on PATH: a launcher is refused unless it can be started."""
     srun = tmp_path / "bin" / "srun"

@@ -127,8 +127,9 @@ def heterogeneity(config: dict, short: bool = False) -> str:
 
 
 def workload(log: RunLog) -> str:
-    """'model on data'; a user's data by its kind only (its shapes: `mpips info`)."""
-    return f"{log.model} on {log.dataset.split(':')[0]}"
+    """'model on data'; a user's data by its name only, `user` or its
+    package.module:function (its shapes: `mpips info`)."""
+    return f"{log.model} on {log.dataset.split(': ')[0]}"
 
 
 def clock(log: RunLog) -> str:

@@ -224,17 +224,20 @@ def sized(config: Config, paradigm, samples: int, ipe: float) -> tuple[int, floa
     return iterations, ipe, total_samples
 
 
-def workload(config: Config, model=None, dataset=None, built=None) -> dict:
-    """What the run trains, by name: the configuration's model and dataset, or
-    a user's objects (mpips.train's `model`, `dataset`) named by what they are
-    (a factory by its name and the module it built): the configuration's names
-    do not describe those (run.h5's layout; RunLog.model, RunLog.dataset)."""
+def workload(config: Config, data, model=None, built=None) -> dict:
+    """What the run trains, by name: the configuration's model and dataset,
+    or a user's, named by what they are: an object of mpips.train's `model`
+    by its name and the module it built; `data` (data.Dataset), when not a
+    built-in one, by its name (`package.module:function`, or `user` for
+    mpips.train's `dataset`), sizes and shapes (run.h5's layout; RunLog.model,
+    RunLog.dataset)."""
     name = config.model
     if model is not None:
         name = model_label(model)
         if built is not None and type(built).__name__ not in name:
             name += f" ({type(built).__name__})"
-    return {"model": name, "dataset": config.dataset if dataset is None else dataset_label(dataset)}
+    builtin = data.name == config.dataset and ":" not in config.dataset
+    return {"model": name, "dataset": config.dataset if builtin else dataset_label(data)}
 
 
 def announce(ctx: Context, size: int, versions: dict, trains: dict, *, run_id: str, **more) -> None:
@@ -319,7 +322,7 @@ def _train(config: Config, comm: MPI.Intracomm, model, dataset, loss, held: list
                       num_params=flat.n, checkpointer=checkpointer, total_samples=total_samples,
                       budget_table=control, loss_fn=loss)
         if rank == 0:
-            announce(ctx, size, versions(), workload(config, user_model, dataset, model), run_id=run_id)
+            announce(ctx, size, versions(), workload(config, data, user_model, model), run_id=run_id)
         checkpointer.begin(ctx)
         try:
             if layout.group_servers:  # a second level of servers (mpips/runtime/levels.py)

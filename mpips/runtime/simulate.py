@@ -58,23 +58,25 @@ def simulated_config(config: Config) -> Config:
     return config
 
 
-def simulate(config: Config) -> str:
-    """Run the job `config` describes in virtual time; returns the run directory."""
+def simulate(config: Config, *, model=None, dataset=None, loss=None) -> str:
+    """Run the job `config` describes in virtual time; returns the run directory.
+    `model`, `dataset` (a data.Dataset), `loss`: a user's objects (mpips.simulate)."""
     config = simulated_config(config)
     torch.set_num_threads(config.torch_threads)
     config.run_dir = config.run_dir or default_run_dir(config)
     size = ranks_for(config)
     layout = make_layout(config, size)
-    data, model, paradigm, ipe = prepare(config, layout)
+    data, built, paradigm, ipe = prepare(config, layout, model=model, dataset=dataset)
     lock = own_run_dir(config.run_dir)    # last: bad input leaves no directory
     try:
         claim(config.run_dir, config.to_dict(), overwrite=config.overwrite)
-        return _simulate(config, size, layout, data, model, paradigm, ipe)
+        return _simulate(config, size, layout, data, built, paradigm, ipe, loss,
+                         workload(config, data, model, built))
     finally:
         lock.release()
 
 
-def _simulate(config: Config, size: int, layout, data, model, paradigm, ipe: float) -> str:
+def _simulate(config: Config, size: int, layout, data, model, paradigm, ipe: float, loss, trains: dict) -> str:
     run_id = new_run_id()
     iterations, ipe, total_samples = sized(config, paradigm, len(data.y_train), ipe)
     scheduler = Scheduler()
@@ -105,9 +107,9 @@ def _simulate(config: Config, size: int, layout, data, model, paradigm, ipe: flo
                                          flush_seconds=config.log_flush_seconds * size, run_id=run_id),
             paradigm=mine, iterations=iterations, iterations_per_epoch=ipe, num_params=n,
             checkpointer=NoCheckpoints(config), total_samples=total_samples, budget_table=control,
-            clock=scheduler.clock))
+            clock=scheduler.clock, loss_fn=loss))
         flats.append(FlatModel(copy.deepcopy(model)))
-    announce(contexts[0], size, versions(), workload(config), run_id=run_id, transport="simulated", sim_latency=network.latency,
+    announce(contexts[0], size, versions(), trains, run_id=run_id, transport="simulated", sim_latency=network.latency,
              sim_bandwidth=network.bandwidth, sim_jitter=network.jitter, sim_apply=network.apply)
     contexts[0].checkpointer.begin(contexts[0])
     try:

@@ -5,15 +5,13 @@ Weights are initialized from torch's global generator; the caller seeds it
 """
 from __future__ import annotations
 
-import importlib
-
 import torch
 from torch import nn
 
-from ..validate import ConfigError
+from ..validate import ConfigError, one_line, user_function
 
-BUILTIN_MODELS = ("mlp", "lenet5", "resnet")
-ALLOWED = "allowed: mlp, lenet5, resnet, or package.module:function"
+BUILTIN_MODELS = ("mlp", "lenet5", "resnet", "cnn1d")
+ALLOWED = "allowed: mlp, lenet5, resnet, cnn1d, or package.module:function"
 
 
 def build_model(name, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -26,6 +24,8 @@ def build_model(name, input_shape: tuple[int, ...], num_classes: int) -> nn.Modu
         return _object_model(name, input_shape, num_classes)
     if name == "mlp":
         return MLP(input_shape, num_classes)
+    if name == "cnn1d":
+        return CNN1D(input_shape, num_classes)
     if name in ("lenet5", "resnet"):
         if len(input_shape) != 3:
             raise ConfigError("model", name, f"needs image inputs (C, H, W), got shape {input_shape}")
@@ -83,6 +83,32 @@ class LeNet5(nn.Module):
         return self.classifier(self.features(x))
 
 
+class CNN1D(nn.Module):
+    """The CNN of MNIST-1D (Greydanus 2020; ConvBase of the mnist1d repository's
+    notebooks/models.py): three 1-D convolutions of 25 channels (kernel 5,
+    then 3 and 3, stride 2, padding 1), each with a ReLU, and a linear layer
+    over the flattened maps. Signals (L,) or (1, L); on MNIST-1D's L = 40 the
+    maps are 19, 10 and 5 long, 5,210 parameters in all."""
+
+    def __init__(self, input_shape, num_classes, channels=25):
+        super().__init__()
+        if len(input_shape) not in (1, 2) or input_shape[:-1] not in ((), (1,)) or input_shape[-1] < 3:
+            raise ConfigError("model", "cnn1d", f"needs 1-D signals of shape (L,) or (1, L) with L >= 3, "
+                                                f"got shape {input_shape}")
+        self.features = nn.Sequential(
+            nn.Conv1d(1, channels, 5, stride=2, padding=1), nn.ReLU(),
+            nn.Conv1d(channels, channels, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv1d(channels, channels, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():  # as LeNet5: a dry run finds the flattened size
+            flat = self.features(torch.zeros(1, 1, input_shape[-1])).shape[1]
+        self.linear = nn.Linear(flat, num_classes)
+
+    def forward(self, x):
+        return self.linear(self.features(x.reshape(len(x), 1, -1)))
+
+
 def _norm(channels: int) -> nn.Module:
     # GroupNorm, not BatchNorm: it has no running statistics, so the flat
     # parameter vector on the servers is the whole model state, and a model
@@ -128,21 +154,13 @@ class CifarResNet(nn.Module):
 
 
 def _user_model(name, input_shape, num_classes) -> nn.Module:
-    module_name, _, function_name = name.partition(":")
-    if not module_name or not function_name or ":" in function_name:
-        raise ConfigError("model", name, ALLOWED)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError("model", name, f"cannot import {module_name} ({e})") from None
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise ConfigError("model", name, f"module {module_name} has no function {function_name}")
+    function = user_function("model", name, ALLOWED)
+    function_name = name.partition(":")[2]
     try:
         model = function(input_shape, num_classes)
     except Exception as e:  # noqa: BLE001 - the user's code may raise anything
         raise ConfigError("model", name, f"{function_name}(input_shape, num_classes) failed: "
-                          f"{_one_line(e)}") from None
+                          f"{one_line(e)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError("model", name, f"{function_name}(input_shape, num_classes) returned "
                           f"{type(model).__name__}, not a torch.nn.Module")
@@ -173,15 +191,11 @@ def _object_model(obj, input_shape, num_classes) -> nn.Module:
     try:
         model = obj() if takes == 0 else obj(input_shape, num_classes)
     except Exception as e:  # noqa: BLE001 - the user's code may raise anything
-        raise ConfigError("model", label, f"the factory failed: {_one_line(e)}") from None
+        raise ConfigError("model", label, f"the factory failed: {one_line(e)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError("model", label, f"the factory returned {type(model).__name__}, "
                           f"not a torch.nn.Module")
     return model
-
-
-def _one_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
 
 def check_model(model: nn.Module, name: str, x: torch.Tensor, num_classes: int) -> None:
@@ -198,7 +212,7 @@ def check_model(model: nn.Module, name: str, x: torch.Tensor, num_classes: int) 
             out = model(x)
     except Exception as e:  # noqa: BLE001 - the user's forward may raise anything
         raise ConfigError("model", name, f"fails on a batch of shape {tuple(x.shape)}: "
-                          f"{_one_line(e)}") from None
+                          f"{one_line(e)}") from None
     finally:
         model.train(was_training)
     shape = tuple(getattr(out, "shape", ()))

@@ -30,6 +30,13 @@ def test_defaults_validate():
     ({"seed": str(2**64)}, "seed", "[-2**63, 2**64)"),
     ({"stall_timeout": "1e-6"}, "stall_timeout", ">= 1"),
     ({"synthetic_samples": 10**9}, "synthetic_samples", "10000000"),
+    ({"dataset": "imagenet"}, "dataset", "allowed: digits, mnist, cifar10, synthetic, mnist1d, mnist5k, or "
+                                         "package.module:function"),
+    ({"dataset": "pkg.mod:"}, "dataset", "package.module:function"),
+    ({"dataset": "a:b:c"}, "dataset", "package.module:function"),
+    ({"mnist1d_samples": 5005}, "mnist1d_samples", "a multiple of 10"),
+    ({"mnist1d_samples": 10**7}, "mnist1d_samples", "up to 1000000"),
+    ({"mnist1d_samples": -10}, "mnist1d_samples", "integer >= 0"),
     ({"batch_size": True}, "batch_size", "not a boolean"),
     ({"straggler": "1:2"}, "straggler", "worker:start_iter:iters:factor"),
     ({"straggler": "1:2:3:inf"}, "straggler", "finite"),

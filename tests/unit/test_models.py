@@ -11,10 +11,14 @@ from mpips.training.models import BUILTIN_MODELS, build_model
 from tests.thresholds import SETUPS
 
 IMAGE_SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
-ALLOWED = "allowed: mlp, lenet5, resnet, or package.module:function"
+SIGNAL_SHAPES = [(40,), (1, 40), (3,)]
+ALLOWED = "allowed: mlp, lenet5, resnet, cnn1d, or package.module:function"
+# a shape each model takes
+SHAPE = {"mlp": (1, 8, 8), "lenet5": (1, 8, 8), "resnet": (3, 32, 32), "cnn1d": (40,)}
 
 
-@pytest.mark.parametrize("name, shape", list(itertools.product(BUILTIN_MODELS, IMAGE_SHAPES)))
+@pytest.mark.parametrize("name, shape", list(itertools.product(["mlp", "lenet5", "resnet"], IMAGE_SHAPES))
+                         + [("cnn1d", s) for s in SIGNAL_SHAPES] + [("mlp", s) for s in SIGNAL_SHAPES])
 def test_forward_shape(name, shape):
     model = build_model(name, shape, 10)
     assert model(torch.randn(3, *shape)).shape == (3, 10)
@@ -22,20 +26,20 @@ def test_forward_shape(name, shape):
 
 @pytest.mark.parametrize("name", BUILTIN_MODELS)
 def test_other_class_counts(name):
-    assert build_model(name, (1, 8, 8), 3)(torch.randn(2, 1, 8, 8)).shape == (2, 3)
+    assert build_model(name, SHAPE[name], 3)(torch.randn(2, *SHAPE[name])).shape == (2, 3)
 
 
 @pytest.mark.parametrize("name", BUILTIN_MODELS)
 def test_parameters_are_the_whole_state(name):
     # The servers hold only the flat parameter vector; buffers would stay behind.
-    assert list(build_model(name, (3, 32, 32), 10).buffers()) == []
+    assert list(build_model(name, SHAPE[name], 10).buffers()) == []
 
 
 @pytest.mark.parametrize("name", BUILTIN_MODELS)
 def test_caller_seed_decides_the_weights(name):
     def weights(seed):
         torch.manual_seed(seed)
-        return nn.utils.parameters_to_vector(build_model(name, (1, 8, 8), 10).parameters())
+        return nn.utils.parameters_to_vector(build_model(name, SHAPE[name], 10).parameters())
 
     assert torch.equal(weights(0), weights(0))
     assert not torch.equal(weights(0), weights(1))
@@ -46,6 +50,25 @@ def test_mlp_takes_flat_inputs_conv_models_do_not():
     for name in ("lenet5", "resnet"):
         with pytest.raises(ConfigError, match=r"needs image inputs \(C, H, W\)"):
             build_model(name, (64,), 10)
+
+
+def test_cnn1d_is_mnist1ds_published_cnn():
+    # ConvBase of the mnist1d repository: conv 1->25 (5, stride 2, padding 1), 25->25 (3, 2, 1)
+    # twice, ReLUs, Linear(25 x 5, 10) on signals of 40: 5,210 parameters
+    model = build_model("cnn1d", (40,), 10)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv1d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size, c.stride, c.padding) for c in convs] == [
+        (1, 25, (5,), (2,), (1,)), (25, 25, (3,), (2,), (1,)), (25, 25, (3,), (2,), (1,))]
+    assert (model.linear.in_features, model.linear.out_features) == (125, 10)
+    assert sum(p.numel() for p in model.parameters()) == 5210
+    x = torch.randn(4, 40)   # (L,) and (1, L) are the same signals
+    assert torch.equal(model(x), model(x.unsqueeze(1)))
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 8), (2, 40), (2,), ()])
+def test_cnn1d_takes_only_signals(shape):
+    with pytest.raises(ConfigError, match=r"needs 1-D signals of shape \(L,\) or \(1, L\)"):
+        build_model("cnn1d", shape, 10)
 
 
 def test_lenet_on_too_small_images():
@@ -78,15 +101,8 @@ NOT_CALLABLE = 3
 
 
 @pytest.fixture
-def user_module(tmp_path, monkeypatch):
-    # A fresh package name per test (tmp_path's name is unique), so no test
-    # finds another test's package cached in sys.modules.
-    package = f"userpkg_{tmp_path.name}"
-    (tmp_path / package).mkdir()
-    (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / package / "models.py").write_text(USER_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return f"{package}.models"
+def user_module(user_package):
+    return user_package("models", USER_MODULE)
 
 
 def test_user_model(user_module):
