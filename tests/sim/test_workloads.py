@@ -15,24 +15,8 @@ from mpips.cli import main
 from mpips.config import ConfigError
 from mpips.io.log import RunLog
 from mpips.training.models import build_model
+from tests.user_module import USER_MODULE
 
-USER_MODULE = """
-import numpy as np
-import torch
-
-
-def clusters():
-    # four clusters in 6 dimensions: 400 training and 100 test samples
-    rng = np.random.default_rng(1)
-    centers = rng.normal(size=(4, 6)) * 3
-    labels = rng.integers(0, 4, size=500)
-    x = (centers[labels] + rng.normal(size=(500, 6))).astype(np.float32)
-    return x[:400], labels[:400], x[400:], labels[400:]
-
-
-def linear(input_shape, num_classes):
-    return torch.nn.Linear(input_shape[0], num_classes)
-"""
 CLUSTERS = "400 training and 100 test samples of shape (6,), 4 classes"
 
 
