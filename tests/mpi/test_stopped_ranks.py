@@ -38,7 +38,7 @@ def test_a_stopped_evaluator_is_named_and_the_training_kept(tmp_path):
     run = tmp_path / "run"
     cmd = [MPIEXEC, "--timeout", "200", "-n", "4", sys.executable, "-m", "mpips", "train", "--paradigm", "bsp",
            "--epochs", "10", "--device-time", "10ms", "--evaluator", "--eval-every", "0.5", "--run-dir", str(run),
-           "--stall-timeout", "5", "--stall-warn", "2"]
+           "--stall-timeout", "10", "--stall-warn", "2"]
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            env={**os.environ, **MPI_ENV})
     stopped = None
@@ -61,8 +61,8 @@ def test_a_stopped_evaluator_is_named_and_the_training_kept(tmp_path):
             except ProcessLookupError:
                 pass
     assert job.returncode == 1, out
-    assert "the end of the run: rank(s) 3 (evaluator 0) did not arrive within 5s" in out, out
-    assert took < 60, (took, out)
+    assert "the end of the run: rank(s) 3 (evaluator 0) did not arrive within 10s" in out, out
+    assert took < 90, (took, out)
     log = RunLog(str(run))
     assert log.status == "finished" and "3 (evaluator 0) did not finish" in log.status_reason
     params = log.final_params()
