@@ -158,7 +158,8 @@ def main() -> None:
             for paradigm in paradigms:   # interleaved: load drifts hit every paradigm alike
                 epochs = EPOCHS[paradigm] * args.epochs_scale
                 flags = ["--paradigm", paradigm, "--device-time", args.device_time, "--slowdown", args.slowdown,
-                         "--epochs", f"{epochs:g}", "--evaluator", "--seed", str(seed)]
+                         "--epochs", f"{epochs:g}", "--evaluator", "--seed", str(seed),
+                         "--overwrite"]   # a run kept (--keep) and not reused is redone
                 mpi_run, sim_run = (os.path.join(where, f"{kind}-{paradigm}-{seed}") for kind in ("mpi", "sim"))
                 (mpi_job, load), (sim_job, _) = launched(mpi_run, args.only != "sim" and not (args.reuse and finished(mpi_run)),
                                    lambda: mpiexec(ranks(paradigm), ["-m", "mpips", "train", "--run-dir", mpi_run,

@@ -65,10 +65,11 @@ class ProbeRunner:
         self.timeout = timeout
 
     def command(self, run_dir: str, f: float | None) -> list[str]:
-        # Our flags go last: they win over the same flags in the user's.
+        # Our flags go last: they win over the same flags in the user's. The search owns
+        # its --out folder: a probe run again (a search repeated there) replaces the last.
         mode = ["--paradigm", "bsp"] if f is None else ["--paradigm", "syncswitch", "--switch-at", repr(f)]
         return [*self.launcher, "-n", str(self.ranks), sys.executable, "-m", "mpips", "train",
-                *self.flags, *mode, "--run-dir", run_dir]
+                *self.flags, *mode, "--run-dir", run_dir, "--overwrite"]
 
     def run(self, name: str, f: float | None) -> Probe:
         run_dir = os.path.join(self.out, name)

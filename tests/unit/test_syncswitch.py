@@ -216,7 +216,8 @@ def test_search_runs_train_with_its_flags_last(srun_on_path):
     cmd = r.command("/o/p", 0.25)
     assert cmd[:4] == ["srun", "--mpi=pmix", "-n", "3"]
     assert cmd[cmd.index("train") + 1:] == ["--epochs", "1", "--switch-at", "0.9", "--paradigm",
-                                            "syncswitch", "--switch-at", "0.25", "--run-dir", "/o/p"]
+                                            "syncswitch", "--switch-at", "0.25", "--run-dir", "/o/p",
+                                            "--overwrite"]
     assert "bsp" in r.command("/o/r", None)
 
 
