@@ -226,12 +226,12 @@ def check_compatible(path: str, meta: dict, mine: dict) -> None:
                               + " (resume with the same settings, or use another --run-dir)")
 
 
-def _run_attrs(run_dir: str) -> dict:
-    """run.h5's attributes (mpips/io/log.py), or {} where there is none."""
+def run_attrs(run_dir: str) -> dict:
+    """run.h5's attributes (mpips/io/log.py), or {} where there is none or it cannot be read."""
     try:
         with h5py.File(os.path.join(run_dir, "run.h5"), "r") as f:
             return dict(f.attrs)
-    except (OSError, KeyError):
+    except Exception:  # noqa: BLE001 - a damaged HDF5 file raises many kinds
         return {}
 
 
@@ -266,7 +266,7 @@ def find_resume(run_dir: str, mine: dict, ranks: int | None = None) -> Resume | 
     checked); None to start afresh (no checkpoint, or the run finished: as
     without checkpoints, running again starts over)."""
     files = checkpoint_files(run_dir)
-    attrs = _run_attrs(run_dir)
+    attrs = run_attrs(run_dir)
     if not files or attrs.get("status") == "finished":
         return None
     path = files[-1]

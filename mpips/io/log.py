@@ -221,15 +221,6 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def run_id_of(run_dir: str) -> str | None:
-    """The id in run.h5 (None: no readable run.h5, or one older than ids)."""
-    try:
-        with h5py.File(os.path.join(run_dir, "run.h5"), "r") as f:
-            return str(f.attrs["run_id"]) if "run_id" in f.attrs else None
-    except (OSError, KeyError):
-        return None
-
-
 def _changing_run(run_dir: str, *, new: bool = False):
     """run.h5 to change (`new`: to write afresh), written whole or not at all
     (`written_whole`): a change in place that ran out of space left HDF5's

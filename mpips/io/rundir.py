@@ -26,10 +26,8 @@ import shutil
 import time
 import uuid
 
-import h5py
-
 from ..validate import ConfigError
-from .checkpoint import checkpoint_dir
+from .checkpoint import checkpoint_dir, run_attrs
 
 LOCK = ".lock"
 
@@ -65,18 +63,6 @@ class RunDirLock:
             self._fh.close()
 
 
-def _run_attrs(run_dir: str) -> dict | None:
-    """run.h5's attributes; {} if it cannot be read; None if there is none."""
-    path = os.path.join(run_dir, "run.h5")
-    if not os.path.exists(path):
-        return None
-    try:
-        with h5py.File(path, "r") as f:
-            return dict(f.attrs)
-    except Exception:  # noqa: BLE001 - a damaged file is still another run's
-        return {}
-
-
 def run_files(run_dir: str) -> list[str]:
     """What a run leaves in its directory: run.h5, rank files, checkpoints."""
     found = glob.glob(os.path.join(run_dir, "rank-*.h5")) + glob.glob(os.path.join(run_dir, "run.h5"))
@@ -89,7 +75,8 @@ def claim(run_dir: str, config: dict, *, overwrite: bool) -> None:
     files = run_files(run_dir)
     if not files:
         return
-    attrs = _run_attrs(run_dir)
+    # None: no run.h5 at all; {}: one that cannot be read (still another run's)
+    attrs = run_attrs(run_dir) if os.path.exists(os.path.join(run_dir, "run.h5")) else None
     same = bool(attrs) and "status" not in attrs and _settings(attrs.get("config")) == _settings(config)
     if not (overwrite or same):
         if attrs is None:

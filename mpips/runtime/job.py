@@ -14,9 +14,9 @@ from mpi4py import MPI
 
 from .. import __version__
 from ..config import Config, ConfigError
-from ..io.checkpoint import CheckpointError, find_resume
+from ..io.checkpoint import CheckpointError, find_resume, run_attrs
 from ..io.checkpoint import identity as checkpoint_identity
-from ..io.log import DiskFull, RankLog, rank_file, run_id_of, set_status, write_run_header
+from ..io.log import DiskFull, RankLog, rank_file, set_status, write_run_header
 from ..io.rundir import RunDirLock, claim, new_run_id
 from ..paradigms import make_paradigm
 from ..paradigms.base import counted
@@ -304,7 +304,8 @@ def _train(config: Config, comm: MPI.Intracomm, model, dataset, loss, held: list
                    lambda: resume_or_claim(run_dir, config, ident, size) if rank == 0 else None)
     checkpointer = Checkpointer(comm, run_dir, config, ident, found)
     segment = checkpointer.segment
-    run_id = comm.bcast((run_id_of(run_dir) if found else None) or new_run_id() if rank == 0 else None)
+    # a resumed run keeps its id (older run logs have none: a new one)
+    run_id = comm.bcast((run_attrs(run_dir).get("run_id") if found else None) or new_run_id() if rank == 0 else None)
 
     role_comm = comm.Split(color={SERVER: 0, WORKER: 2, EVALUATOR: 3}.get(role, 1), key=rank)
     store = ParameterStore(comm, layout.server_ranks, flat.n, clients=layout.clients,

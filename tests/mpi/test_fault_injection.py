@@ -4,6 +4,7 @@ signal during start-up, runs that cannot train, damaged run logs.
 tests/unit/test_damaged_files.py.)"""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -317,3 +318,35 @@ def test_sigterm_checkpoints_says_so_and_exits_143_without_requeue(tmp_path):
     assert len(checkpoint_files(str(run))) == 1 and RunLog(str(run)).status == "preempted"
     job = train(3, run, *flags)   # the same job again resumes from it
     assert "resuming from" in job.output and job.log.completeness()["complete"]
+
+
+def test_a_stopped_evaluator_is_named_and_the_training_kept(tmp_path):
+    """A rank stopped mid-run (SIGSTOP: a node swapping, a debugger, a cgroup
+    freeze) loses no trained work: the end of the run names it within the stall
+    timeout, and server 0 has saved the final parameters and the status."""
+    tag = f"evaluator-{os.getpid()}"
+    run = tmp_path / "run"
+    p = _start(4, run, "--paradigm", "bsp", "--epochs", "10", "--device-time", "10ms", "--evaluator",
+               "--eval-every", "0.5", "--stall-timeout", "10", "--stall-warn", "2", tag=tag)
+    lines = _lines(p)
+    stopped = None
+    try:
+        _wait_for(lambda: (run / "rank-3.h5").exists(), "training: the evaluator (rank 3) has its log open")
+        stopped = _ranks(tag)[3]
+        os.kill(stopped, signal.SIGSTOP)
+        began = time.monotonic()
+        p.wait(timeout=150)
+        took = time.monotonic() - began
+    finally:
+        out = _output(p, lines)
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGKILL)
+    assert p.returncode == 1, out[-3000:]
+    assert "the end of the run: rank(s) 3 (evaluator 0) did not arrive within 10s" in out, out[-3000:]
+    assert took < 90, (took, out[-3000:])
+    log = RunLog(str(run))
+    assert log.status == "finished" and "3 (evaluator 0) did not finish" in log.status_reason
+    params = log.final_params()
+    assert params is not None and np.isfinite(params).all()
+    assert log.completeness()["complete"], log.completeness()

@@ -5,10 +5,10 @@ files; the same unfinished run starts again in place; a rank file of another
 run is left out; a directory in use by a running job is refused."""
 from __future__ import annotations
 
+import os
 import shutil
 import signal
-import subprocess
-import sys
+import threading
 import time
 
 import h5py
@@ -87,22 +87,30 @@ def test_a_directory_in_use_is_refused_naming_the_holder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
-def test_a_simulation_stopped_by_a_signal_keeps_its_logs(tmp_path, signum):
-    """Its rows so far are written (SIGUSR1 lost every worker's), it says so, exit 128 + signal."""
+def test_a_simulation_stopped_by_a_signal_keeps_its_logs(tmp_path, signum, capsys):
+    """Its rows so far are written (SIGUSR1 lost every worker's), it says so,
+    exit 128 + signal. In this process: the signal is sent once run.h5 exists,
+    after `mpips simulate` took over the stop signals (and this test's own
+    handler keeps one that came too early from ending pytest)."""
     run = tmp_path / "run"
-    p = subprocess.Popen([sys.executable, "-m", "mpips", "simulate", "--workers", "8", "--epochs", "200",
-                          "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    previous = signal.signal(signum, lambda *_: None)
+
+    def send():
         deadline = time.monotonic() + 60
         while not (run / "run.h5").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)    # into the run: rows buffered, not yet flushed
-        p.send_signal(signum)
-        out = p.communicate(timeout=60)[0]
+            time.sleep(0.02)
+        time.sleep(0.3)    # into the run: rows buffered, not yet flushed
+        os.kill(os.getpid(), signum)
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        code = simulate(run, "--workers", "8", "--epochs", "200")
     finally:
-        p.kill()
-    assert p.returncode == 128 + signum, out
+        sender.join()
+        signal.signal(signum, previous)
+    err = capsys.readouterr().err
+    assert code == 128 + signum, err
     name = signal.Signals(signum).name
-    assert f"the simulation stopped on {name}; its logs so far are written" in out and "Traceback" not in out, out
+    assert f"the simulation stopped on {name}; its logs so far are written" in err and "Traceback" not in err, err
     log = RunLog(str(run))
     assert len(log.iterations) > 0 and log.status == "incomplete"
