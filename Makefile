@@ -21,7 +21,7 @@ PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
 VENV_MPICH := .venv-mpich
 PY_MPICH := $(VENV_MPICH)/bin/python
 
-.PHONY: install demo test test-unit test-sim test-mpi test-slurm test-install test-portability bench compare clean
+.PHONY: install demo test test-unit test-sim test-mpi test-slurm test-install test-portability bench compare study clean
 
 install: $(VENV)/.installed
 
@@ -109,13 +109,20 @@ bench: install
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/vs_ddp.py
 
-# Every paradigm on the same job, heterogeneous and homogeneous cluster: the table
-# and figures in benchmarks/results/paradigms.md and paradigms/ (README, Results).
-# The paradigm comparison on an emulated 8-worker cluster (1,1,1,1,2,2,4,4 + a straggler, and
-# homogeneous), 3 seeds, in the simulator (a core per rank); the seed papers' claims checked.
-# Under MPI on this machine: python benchmarks/paradigms.py (4 workers).
+# The paradigm comparison (benchmarks/paradigms.py): every paradigm and GSSP+GDTopK on
+# MNIST-1D with the published CNN, 8 workers in the simulator (a core per rank), two
+# clusters (A100 + V100 speeds, and homogeneous; random stragglers on both), 3 seeds,
+# the seed papers' claims checked; results/paradigms-8.{md,json,csv} and figures.
 compare: install
-	$(PY) benchmarks/paradigms.py --simulate --workers 8 --seeds 0,1,2 --epochs 30 --target 0.93 --name paradigms-8 --runs runs/compare-8
+	$(PY) benchmarks/paradigms.py --simulate --workers 8 --seeds 0,1,2 --name paradigms-8 --runs runs/compare-8
+
+# The whole study: the comparison on both workloads (MNIST-1D/CNN, real MNIST/LeNet-5)
+# at 8 and 32 workers, and the scale study at 16, 64 and 256 workers on MNIST-1D.
+study: compare
+	$(PY) benchmarks/paradigms.py --simulate --workers 32 --seeds 0,1,2 --name paradigms-mnist1d-32 --runs runs/compare-mnist1d-32
+	$(PY) benchmarks/paradigms.py --simulate --workload mnist5k --workers 8 --seeds 0,1,2 --name paradigms-mnist5k-8 --runs runs/compare-mnist5k-8
+	$(PY) benchmarks/paradigms.py --simulate --workload mnist5k --workers 32 --seeds 0,1,2 --name paradigms-mnist5k-32 --runs runs/compare-mnist5k-32
+	$(PY) benchmarks/scale.py
 
 clean:
 	rm -rf runs .pytest_cache

@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import groupby
 
@@ -104,10 +105,13 @@ class Comparison:
     prefix: str = ""                      # before each run's name (benchmarks/paradigms.py: the cluster)
     config: str | None = None             # a YAML file of settings, under the flags
     plugins: list[str] = field(default_factory=list)
+    parallel: int = 1                     # simulated runs at once (MPI runs: always one at a time)
     plan: list[tuple[str, list[str]]] = field(init=False)   # (run directory, command), seeds outermost
 
     def __post_init__(self):
         self.setups = list(dict.fromkeys(self.setups))
+        if self.parallel < 1:
+            raise OptionError("--parallel", str(self.parallel), "a whole number >= 1")
         own = (["--config", self.config] if self.config else []) + [a for p in self.plugins for a in ("--plugin", p)]
         try:
             launcher = [] if self.simulate else launcher_words(self.launcher)
@@ -130,31 +134,38 @@ class Comparison:
                 self.plan.append((run_dir, [*start, *own, *flags(settings)]))
 
     def train(self) -> tuple[list[str], list[str]]:
-        """Train every run; returns (the run directories that finished, 'NAME: why' of each that failed)."""
-        done, failed = [], []
-        for run_dir, cmd in self.plan:
-            name = os.path.basename(run_dir)
-            if self.reuse and finished(run_dir):
-                print(f"{name}: finished earlier, kept", flush=True)
-                done.append(run_dir)
-                continue
-            # a run directory left behind would be resumed from its checkpoint, not trained afresh
-            shutil.rmtree(run_dir, ignore_errors=True)
-            os.makedirs(self.runs, exist_ok=True)
-            output = run_dir + ".out"
-            start = time.perf_counter()
-            code = run_to_file(cmd, output, self.timeout)
-            if code == 0 and finished(run_dir):
-                print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
-                done.append(run_dir)
-                continue
-            if code is None:
-                why = f"no result within {self.timeout:g} s"
-            else:   # (exit 0 with no run: a --launcher that started nothing, such as `true`)
-                why = failure_reason(output) if code else "exited 0 without a finished run log"
-            failed.append(f"{name}: {why}")
-            print(f"mpips: run {name} failed: {why} (see {output})", file=sys.stderr, flush=True)
-        return done, failed
+        """Train every run; returns (the run directories that finished, 'NAME: why' of each that failed),
+        in the plan's order. Simulated runs go `parallel` at a time: each is one process on its own
+        virtual clock, so how many share the machine changes their wall time only; MPI runs one at a
+        time, as their times are the measurement."""
+        workers = self.parallel if self.simulate else 1
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            outcomes = list(pool.map(self._train_one, self.plan))
+        done = [run_dir for run_dir, why in outcomes if why is None]
+        return done, [why for _, why in outcomes if why is not None]
+
+    def _train_one(self, step: tuple[str, list[str]]) -> tuple[str, str | None]:
+        """(run directory, None) when it finished, else (run directory, 'NAME: why')."""
+        run_dir, cmd = step
+        name = os.path.basename(run_dir)
+        if self.reuse and finished(run_dir):
+            print(f"{name}: finished earlier, kept", flush=True)
+            return run_dir, None
+        # a run directory left behind would be resumed from its checkpoint, not trained afresh
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(self.runs, exist_ok=True)
+        output = run_dir + ".out"
+        start = time.perf_counter()
+        code = run_to_file(cmd, output, self.timeout)
+        if code == 0 and finished(run_dir):
+            print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
+            return run_dir, None
+        if code is None:
+            why = f"no result within {self.timeout:g} s"
+        else:   # (exit 0 with no run: a --launcher that started nothing, such as `true`)
+            why = failure_reason(output) if code else "exited 0 without a finished run log"
+        print(f"mpips: run {name} failed: {why} (see {output})", file=sys.stderr, flush=True)
+        return run_dir, f"{name}: {why}"
 
 
 @dataclass
@@ -205,6 +216,8 @@ def add_arguments(p) -> None:
                    help="run each in the simulator (`mpips simulate`, virtual time) instead of under MPI")
     p.add_argument("--launcher", default=default_launcher(),
                    help="command that starts N ranks with -n N, e.g. 'srun --mpi=pmix' [default: mpiexec]")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="with --simulate: runs at once, each its own process [default: 1]")
     p.add_argument("--timeout", type=number_in(0, 1e9, low_open=True), default=None, help="seconds one run may take [default: none]")
     p.add_argument("--reuse", action="store_true", default=False,
                    help="keep runs already finished in RUNS (to resume, or redo the table and figures)")
@@ -218,7 +231,8 @@ def cmd_compare(args) -> int:
         comparison = Comparison(
             setups=args.paradigms.split(","), seeds=parse_seeds(args.seeds), settings=settings,
             runs=args.runs, simulate=args.simulate, launcher=args.launcher, timeout=args.timeout,
-            reuse=args.reuse, config=getattr(args, "config", None), plugins=getattr(args, "plugin", []))
+            reuse=args.reuse, config=getattr(args, "config", None), plugins=getattr(args, "plugin", []),
+            parallel=args.parallel)
     except (OptionError, ConfigError) as e:
         print(f"mpips: error: {e}", file=sys.stderr, flush=True)
         return 2

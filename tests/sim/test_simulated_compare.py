@@ -1,5 +1,5 @@
-"""`mpips compare --simulate`: two paradigms x two seeds, each run a process
-of its own, then the table, its mean over seeds, the files and the figures.
+"""`mpips compare --simulate --parallel 2`: two paradigms x two seeds, each run a
+process of its own, two at a time, then the table (in the plan's order), its mean over seeds, the files and the figures.
 Simulated runs are deterministic, so each must be the run `mpips simulate`
 gives for the same settings."""
 from __future__ import annotations
@@ -20,7 +20,8 @@ RUNS = ["bsp-s0", "ssp-s0", "bsp-s1", "ssp-s1"]
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     base = tmp_path_factory.mktemp("compare")
-    code = main(["compare", "--simulate", "--paradigms", "bsp,ssp", "--seeds", "0,1", *JOB, "--target", "0.3",
+    code = main(["compare", "--simulate", "--parallel", "2", "--paradigms", "bsp,ssp", "--seeds", "0,1", *JOB,
+                 "--target", "0.3",
                  "--runs", str(base / "runs"), "--out", str(base / "out")])
     return base, code
 

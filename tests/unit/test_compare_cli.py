@@ -78,6 +78,7 @@ def test_bad_settings_stop_the_comparison_before_any_run(tmp_path):
     (["--workers", "2", "--launcher", "no-such-mpiexec -x"],
      "invalid --launcher 'no-such-mpiexec -x': cannot start no-such-mpiexec (not on PATH, or not an executable"),
     (["--workers", "2", "--launcher", "/"], "invalid --launcher '/': cannot start /"),
+    (["--workers", "2", "--simulate", "--parallel", "0"], "invalid --parallel '0': a whole number >= 1"),
     (["--workers", "2", "--launcher", "srun '--mpi=pmix"], "not a command line (No closing quotation)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
