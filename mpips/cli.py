@@ -58,8 +58,12 @@ def parser() -> argparse.ArgumentParser:
                                 description="PyTorch training on an MPI parameter server.")
     sub = p.add_subparsers(dest="command", required=True)
     _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
-    _train_parser(sub, "simulate", "run the same job in one process in virtual time (mpips/runtime/simulate.py): "
-                                   "--workers N, --device-time (default 20ms), --sim-latency, --sim-bandwidth")
+    simulate = _train_parser(sub, "simulate", "run the same job in one process in virtual time "
+                                              "(mpips/runtime/simulate.py): --workers N, --device-time "
+                                              "(default 20ms), --sim-latency, --sim-bandwidth")
+    simulate.add_argument("--cluster", metavar="PROFILE.yaml",
+                          help="a cluster profile (`mpips plan`, docs/plan.md): its workers, device times, "
+                               "slowdowns, stragglers and --sim-* settings; flags given here override it")
     _train_parser(sub, "ranks", "print the number of ranks a job of these settings (with --workers N) "
                                 "needs: servers + group servers + workers + evaluator (jobs/common.sh)")
     compare.add_arguments(_train_parser(
@@ -83,7 +87,21 @@ DELEGATED = {
     "plot": ("mpips.analysis.plot", "figures over run logs (mpips plot --help)"),
 }
 
-_OWN = ("command", "config", "plugin")   # arguments that are not settings
+_OWN = ("command", "config", "plugin", "cluster")   # arguments that are not settings
+
+
+def settings(args) -> Config:
+    """The run's configuration: defaults < --config's file < --cluster's profile
+    (the simulate settings it stands for, mpips/experiments/profile.py) < the flags given."""
+    flags = {k: v for k, v in vars(args).items() if k not in _OWN}
+    path = getattr(args, "config", None)
+    cluster = getattr(args, "cluster", None)
+    if not cluster:
+        return load(path, flags)
+    from .experiments import profile
+
+    measured = profile.load(cluster).settings(load(path, flags).batch_size)
+    return load(path, {**measured, **flags})
 
 
 def _launched_rank() -> str | None:
@@ -156,7 +174,6 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
 
 
 def cmd_simulate(args) -> int:
-    overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
     from .io.log import DiskFull
     from .runtime.job import TrainingFailed
     from .runtime.scheduler import TaskFailed
@@ -168,7 +185,7 @@ def cmd_simulate(args) -> int:
     # SIGUSR1 lost every worker's rows): no checkpoints in virtual time.
     previous = {s: signal.signal(s, _stop_simulation) for s in preemption.STOPS}
     try:
-        simulate(load(getattr(args, "config", None), overrides))
+        simulate(settings(args))
     except (ConfigError, DataError) as e:
         return _fail(str(e))
     except (TrainingFailed, DiskFull) as e:
