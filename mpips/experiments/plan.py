@@ -114,6 +114,11 @@ def _dataset(name, data_dir, test_fraction, synthetic_samples, mnist1d_samples):
 
 
 def _pool_start() -> None:
+    # The simulator needs no MPI, and a pool process of a probe's rank 0 has
+    # the launcher's environment: MPI_Init there would join (and hang) the job.
+    import mpi4py
+
+    mpi4py.rc.initialize = mpi4py.rc.finalize = False
     import torch
 
     torch.set_num_threads(1)
@@ -206,7 +211,7 @@ def rank(runs: list[Run], target: float | None):
     for name, g in df.groupby("candidate", sort=False):
         reached = g["time_to_target"].notna()
         times = g["time_to_target"].astype(float)
-        rows.append({"candidate": name, "seeds": len(g),
+        rows.append({"candidate": name, "seeds": len(g), "_hits": int(reached.sum()),
                      "reached": f"{int(reached.sum())}/{len(g)}" if target else "",
                      "time_to_target": float(times.mean()) if reached.all() else np.nan,
                      "time_spread": f"{times.min():.2f}-{times.max():.2f}" if reached.all() else "",
@@ -217,11 +222,11 @@ def rank(runs: list[Run], target: float | None):
                      "stopped": int((g["stopped_at"] > 0).sum())})
     table = pd.DataFrame(rows)
     if target:
-        table["_reached"] = table["time_to_target"].notna()
-        table = table.sort_values(["_reached", "time_to_target", "final_accuracy"],
-                                  ascending=[False, True, False], kind="stable").drop(columns="_reached")
+        table = table.sort_values(["_hits", "time_to_target", "final_accuracy"],
+                                  ascending=[False, True, False], kind="stable")
     else:
         table = table.sort_values("final_accuracy", ascending=False, kind="stable")
+    table = table.drop(columns="_hits")
     table.insert(0, "rank", range(1, len(table) + 1))
     return table.reset_index(drop=True)
 

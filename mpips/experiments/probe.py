@@ -40,15 +40,18 @@ from .profile import Apply, ClusterProfile, Network, Stragglers, WorkerProfile
 
 STRAGGLE = 1.5        # an iteration this many times its worker's median is straggling
 LINEAR_UNLESS = 0.02  # keep p = 1 unless another p fits this much better (relative error)
-LONG = 1e9            # epochs: the runs end by their time limit
+LONG = 1e5            # epochs: the runs end by their time limit
 
 
 def probe_settings(config: Config, seconds: float, out: str) -> list[Config]:
     """The probe's three runs of the job `config`: settings each."""
     b = config.batch_size
     runs = [(max(1, b // 2), "bsp", "none"), (b, "asp", "topk"), (2 * b, "asp", "none")]
+    model = config.device_time_model()
+    # '20ms' means 20 ms at the batch size: pinned to the job's, not each run's
+    device_time = f"a={model.a!r}s,c={model.c!r}s,p={model.p!r}" if model else ""
     return [dataclasses.replace(
-        config, batch_size=size, paradigm=paradigm, compressor=compressor, topk_ratio=0.01,
+        config, batch_size=size, device_time=device_time, paradigm=paradigm, compressor=compressor, topk_ratio=0.01,
         time_limit=seconds / len(runs), epochs=LONG, iterations=0, budget="global", evaluator=False,
         eval_every=LONG, seed=config.seed + k, run_dir=os.path.join(out, f"probe-{k}-{paradigm}-b{size}"),
         overwrite=True, checkpoint_every=0.0, lbbsp_refine=False)
