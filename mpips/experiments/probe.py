@@ -44,7 +44,8 @@ LONG = 1e5            # epochs: the runs end by their time limit
 
 
 def probe_settings(config: Config, seconds: float, out: str) -> list[Config]:
-    """The probe's three runs of the job `config`: settings each."""
+    """The probe's three runs of the job `config`: settings each (an evaluator
+    rank, if the job has one, stays: the launch counts it; it evaluates at the end)."""
     b = config.batch_size
     runs = [(max(1, b // 2), "bsp", "none"), (b, "asp", "topk"), (2 * b, "asp", "none")]
     model = config.device_time_model()
@@ -52,7 +53,7 @@ def probe_settings(config: Config, seconds: float, out: str) -> list[Config]:
     device_time = f"a={model.a!r}s,c={model.c!r}s,p={model.p!r}" if model else ""
     return [dataclasses.replace(
         config, batch_size=size, device_time=device_time, paradigm=paradigm, compressor=compressor, topk_ratio=0.01,
-        time_limit=seconds / len(runs), epochs=LONG, iterations=0, budget="global", evaluator=False,
+        time_limit=seconds / len(runs), epochs=LONG, iterations=0, budget="global",
         eval_every=LONG, seed=config.seed + k, run_dir=os.path.join(out, f"probe-{k}-{paradigm}-b{size}"),
         overwrite=True, checkpoint_every=0.0, lbbsp_refine=False)
         for k, (size, paradigm, compressor) in enumerate(runs)]
