@@ -25,11 +25,12 @@ import multiprocessing
 import os
 import shlex
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..config import Config, ConfigError, coerce, load
-from ..validate import number_in
+from ..validate import number_in, one_line
 from ..paradigms import available
 from .compare import flags as as_flags
 
@@ -82,6 +83,7 @@ class Run:
     stopped_at: float = 0.0         # the time limit that cut it as hopeless (0: ran its budget)
     curve: list = field(default_factory=list)   # (virtual seconds, accuracy) of its evaluations
     job_seconds: float = 0.0        # wall seconds the simulation took
+    failed: str = ""                # why the simulation failed (diverged, a paradigm's error): ranked last
 
 
 def _simulate(config: Config, target: float | None) -> dict:
@@ -94,7 +96,12 @@ def _simulate(config: Config, target: float | None) -> dict:
                     config.mnist1d_samples)
     os.makedirs(os.path.dirname(config.run_dir), exist_ok=True)
     with open(config.run_dir + ".out", "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
-        simulate(config, dataset=data)   # its progress lines: beside the run, not among the plan's
+        try:
+            simulate(config, dataset=data)   # its progress lines: beside the run, not among the plan's
+        except Exception as e:   # noqa: BLE001 - a candidate that cannot train is an answer too
+            # (as a string: mpips' own exceptions do not all pickle back from a pool process)
+            print(traceback.format_exc(), flush=True)
+            return {"failed": one_line(e)}
     log = RunLog(config.run_dir)
     s, ev = log.summary(), log.evaluations
     return {"time_to_target": log.time_to_accuracy(target) if target else None,
@@ -169,9 +176,12 @@ class Search:
                 for f in finished:
                     c, seed, config, cut = running.pop(f)
                     r = f.result()
-                    cut = cut if r["samples"] < r["total_samples"] else 0.0   # cut short by it, or not
-                    run = Run(c.name, seed, config.run_dir, r["time_to_target"], r["final_accuracy"],
-                              r["seconds"], r["bytes_sent"], cut, r["curve"], r["job_seconds"])
+                    if "failed" in r:
+                        run = Run(c.name, seed, config.run_dir, None, 0.0, 0.0, 0, failed=r["failed"])
+                    else:
+                        cut = cut if r["samples"] < r["total_samples"] else 0.0   # cut short by it, or not
+                        run = Run(c.name, seed, config.run_dir, r["time_to_target"], r["final_accuracy"],
+                                  r["seconds"], r["bytes_sent"], cut, r["curve"], r["job_seconds"])
                     done.append(run)
                     report(_line(run, len(done), len(self.runs), self.target))
         order = {(c.name, seed): k for k, (c, seed, _) in enumerate(self.runs)}
@@ -192,6 +202,8 @@ def _file_name(name: str) -> str:
 
 
 def _line(run: Run, k: int, n: int, target: float | None) -> str:
+    if run.failed:
+        return f"mpips plan: [{k}/{n}] {run.candidate} seed {run.seed}: failed: {run.failed} (see {run.run_dir}.out)"
     reached = ""
     if target:
         reached = (f", {100 * target:g}% at {run.time_to_target:.2f} s" if run.time_to_target is not None
