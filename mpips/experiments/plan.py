@@ -474,8 +474,11 @@ def _probe(config: Config, comm, args, out: str) -> str | None:
         os.makedirs(out, exist_ok=True)
     try:
         found = run_probe(config, comm, seconds=args.probe_seconds, out=os.path.join(out, "probe"))
-    except (ConfigError, SetupError, TrainingFailed) as e:
+    except (ConfigError, SetupError, TrainingFailed) as e:   # the same on every rank
         raise ProbeFailed(f"the probe: {e}", rank) from None
+    except BaseException:   # noqa: BLE001 - one rank's failure must end every rank of the launch
+        traceback.print_exc()
+        comm.Abort(1)
     if rank != 0:
         _wait_quietly(comm)
         return None

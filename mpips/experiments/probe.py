@@ -61,10 +61,14 @@ def probe_settings(config: Config, seconds: float, out: str) -> list[Config]:
 
 def run_probe(config: Config, comm, *, seconds: float, out: str) -> ClusterProfile | None:
     """Run the probe over `comm` (every rank); the fitted profile on rank 0, None elsewhere."""
-    from ..api import train
+    from ..io.log import RunLog
+    from ..runtime.job import train
 
-    logs = [train(c, comm=comm) for c in probe_settings(config, seconds, out)]
-    return fit(logs) if comm.Get_rank() == 0 else None
+    run_dirs = []
+    for c in probe_settings(config, seconds, out):
+        run_dirs.append(train(c, comm))
+        comm.Barrier()   # every rank has closed its log file (and rank 0 written run.h5)
+    return fit([RunLog(d) for d in run_dirs]) if comm.Get_rank() == 0 else None
 
 
 def fit(logs) -> ClusterProfile:
