@@ -15,7 +15,7 @@ import sys
 
 from .api import abort_job
 from .config import Config, ConfigError, load
-from .experiments import compare, syncswitch_search
+from .experiments import compare, plan, syncswitch_search
 from .plugins import PluginError, load_plugins, raised_in_plugin
 from .runtime import preemption
 
@@ -58,8 +58,12 @@ def parser() -> argparse.ArgumentParser:
                                 description="PyTorch training on an MPI parameter server.")
     sub = p.add_subparsers(dest="command", required=True)
     _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
-    _train_parser(sub, "simulate", "run the same job in one process in virtual time (mpips/runtime/simulate.py): "
-                                   "--workers N, --device-time (default 20ms), --sim-latency, --sim-bandwidth")
+    simulate = _train_parser(sub, "simulate", "run the same job in one process in virtual time "
+                                              "(mpips/runtime/simulate.py): --workers N, --device-time "
+                                              "(default 20ms), --sim-latency, --sim-bandwidth")
+    simulate.add_argument("--cluster", metavar="PROFILE.yaml",
+                          help="a cluster profile (`mpips plan`, docs/plan.md): its workers, device times, "
+                               "slowdowns, stragglers and --sim-* settings; flags given here override it")
     _train_parser(sub, "ranks", "print the number of ranks a job of these settings (with --workers N) "
                                 "needs: servers + group servers + workers + evaluator (jobs/common.sh)")
     compare.add_arguments(_train_parser(
@@ -68,6 +72,13 @@ def parser() -> argparse.ArgumentParser:
         exclude=compare.PER_RUN, description=compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="mpips compare [--paradigms P,...] [--seeds S,...] [--simulate] [--runs DIR]\n"
               "                     [--out DIR] [...] [TRAIN SETTINGS]"))
+    plan.add_arguments(_train_parser(
+        sub, "plan", "probe the cluster (under your launcher) or read its profile, simulate every paradigm "
+                     "on your job, rank them and print the command of the best (mpips/experiments/plan.py)",
+        exclude=plan.PER_RUN, description=PLAN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="mpirun -n SERVERS+WORKERS python -m mpips plan [--target ACC | --time-limit S] [...]\n"
+              "       mpips plan --profile CLUSTER.yaml [--target ACC | --time-limit S] [--candidates C,...]\n"
+              "                  [--seeds S,...] [--jobs N] [--out DIR] [TRAIN SETTINGS]"))
     info = sub.add_parser("info", help="summarize a run directory")
     info.add_argument("run_dir")
     info.add_argument("--json", action="store_true", help="one JSON object")
@@ -77,13 +88,48 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+PLAN_HELP = """\
+Which paradigm, with which setting, trains this job fastest on this cluster?
+
+1. The cluster: under your launcher, on the allocation you will train on, with
+   your model and data, the plan first probes it (--probe-seconds of training
+   in three short real runs: every worker's compute at three batch sizes, the
+   pulls, pushes and applies, the stragglers) and writes OUT/cluster.yaml;
+   or --profile FILE reads one (docs/plan.md).
+2. The search: every candidate, over --seeds, simulated on that profile with
+   your settings (`mpips simulate`, --jobs processes), ranked by the predicted
+   time to --target (or the accuracy at --time-limit); runs hopeless against
+   the best so far are stopped early.
+3. The table (OUT/plan.md), OUT/plan.json, OUT/plan.png, and the command that
+   trains the recommended candidate: `mpirun -n RANKS python -m mpips train
+   ...` and its `sbatch jobs/PARADIGM.slurm` environment.
+
+Settings that describe an emulated cluster (--device-time, --slowdown,
+--straggler, --random-stragglers) make the cluster the probe measures and go
+into the printed command; in the search the profile stands for the cluster.
+"""
+
 # Subcommands that are whole programs of mpips.analysis: `mpips NAME ARGS` is their main(ARGS).
 DELEGATED = {
     "summarize": ("mpips.analysis.summarize", "one table over run logs (mpips summarize --help)"),
     "plot": ("mpips.analysis.plot", "figures over run logs (mpips plot --help)"),
 }
 
-_OWN = ("command", "config", "plugin")   # arguments that are not settings
+_OWN = ("command", "config", "plugin", "cluster")   # arguments that are not settings
+
+
+def settings(args) -> Config:
+    """The run's configuration: defaults < --config's file < --cluster's profile
+    (the simulate settings it stands for, mpips/experiments/profile.py) < the flags given."""
+    flags = {k: v for k, v in vars(args).items() if k not in _OWN}
+    path = getattr(args, "config", None)
+    cluster = getattr(args, "cluster", None)
+    if not cluster:
+        return load(path, flags)
+    from .experiments import profile
+
+    measured = profile.load(cluster).settings(load(path, flags).batch_size)
+    return load(path, {**measured, **flags})
 
 
 def _launched_rank() -> str | None:
@@ -156,7 +202,6 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
 
 
 def cmd_simulate(args) -> int:
-    overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
     from .io.log import DiskFull
     from .runtime.job import TrainingFailed
     from .runtime.scheduler import TaskFailed
@@ -168,7 +213,7 @@ def cmd_simulate(args) -> int:
     # SIGUSR1 lost every worker's rows): no checkpoints in virtual time.
     previous = {s: signal.signal(s, _stop_simulation) for s in preemption.STOPS}
     try:
-        simulate(load(getattr(args, "config", None), overrides))
+        simulate(settings(args))
     except (ConfigError, DataError) as e:
         return _fail(str(e))
     except (TrainingFailed, DiskFull) as e:
@@ -276,5 +321,7 @@ def _main(argv: list[str], comm) -> int:
     args = parser().parse_args(argv)
     if args.command == "train":
         return cmd_train(args, comm)
+    if args.command == "plan":
+        return plan.cmd_plan(args, comm)
     return {"simulate": cmd_simulate, "ranks": cmd_ranks, "info": cmd_info,
             "compare": compare.cmd_compare, "syncswitch-search": syncswitch_search.cmd_search}[args.command](args)

@@ -117,7 +117,8 @@ class Config:
     slowdown: str = _f("", "persistent slowdown factor per worker, e.g. 1,1,2,4, or FACTORxCOUNT items, "
                            "e.g. 1x48,2x12,4x4 (48 workers at 1, then 12 at 2, 4 at 4)")
     straggler: str = _f("", "transient stragglers: worker:start_iter:iters:factor[,...]")
-    random_stragglers: str = _f("", "random stragglers: rate:mean_iters:factor (per worker iteration)")
+    random_stragglers: str = _f("", "random stragglers: rate:mean_iters:factor (per worker iteration), "
+                                    "for every worker, or one such item per worker separated by commas")
     device_time: str = _f("", "emulated device time of one iteration, times the slowdown factor: "
                               "'20ms' (at batch-size, linear in the batch) or 'a=2ms,c=1ms,p=0.8' "
                               "(a + c*b**p seconds); the worker sleeps out what compute leaves")
@@ -127,6 +128,8 @@ class Config:
                                  "(exponential; 0 = none, equally fast workers then move in lockstep)")
     sim_apply: float = _f(2e-4, "simulate: seconds of a server's step, beyond its sum of the pushes "
                                 "(which moves each push's bytes at sim-bandwidth)")
+    sim_apply_per_push: float = _f(0.0, "simulate: seconds a server's step takes per push it sums, beyond "
+                                        "the push's bytes at sim-bandwidth (a measured cluster's: mpips plan)")
     # runtime -----------------------------------------------------------------
     run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
     overwrite: bool = _f(False, "start afresh in a run directory that holds another run, removing its "
@@ -201,7 +204,7 @@ class Config:
             raise ConfigError("stall_timeout", self.stall_timeout, f"must be a number >= {MIN_STALL_TIMEOUT:g} (seconds)")
         _positive(self, "lr_step_every")
         _positive(self, "sim_bandwidth")
-        for name in ("sim_latency", "sim_jitter", "sim_apply"):   # virtual seconds; 0 = free
+        for name in ("sim_latency", "sim_jitter", "sim_apply", "sim_apply_per_push"):   # virtual seconds; 0 = free
             if getattr(self, name) < 0:
                 raise ConfigError(name, getattr(self, name), "must be >= 0 (seconds)")
         _positive(self, "straggler_factor")
@@ -234,7 +237,7 @@ class Config:
         the workers will; `workers` None: the syntax only (before the layout)."""
         self.slowdown_factors(workers)
         parse_stragglers(self.straggler, workers)
-        parse_random_stragglers(self.random_stragglers)
+        parse_random_stragglers(self.random_stragglers, workers)
         parse_points(self.fail_at, "fail_at", workers)
         parse_points(self.nan_at, "nan_at", workers)
 

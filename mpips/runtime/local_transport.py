@@ -54,6 +54,7 @@ class Network:
     jitter: float = 0.0         # s, mean of the random extra delay
     seed: int = 0
     apply: float = 0.0          # s of a server's step beyond its sum
+    apply_per_push: float = 0.0  # s per push summed, beyond its bytes
 
     def link(self, level: int, role: str, index: int) -> "Link":
         """The transfers of one role's handle on one level of servers (0: the
@@ -76,8 +77,8 @@ class Link:
         net = self.network
         return net.latency + nbytes / net.bandwidth + (self._delay() if net.jitter else 0.0)
 
-    def apply_seconds(self, nbytes: int) -> float:
-        return self.network.apply + nbytes / self.network.bandwidth
+    def apply_seconds(self, nbytes: int, pushes: int = 1) -> float:
+        return self.network.apply + pushes * self.network.apply_per_push + nbytes / self.network.bandwidth
 
     def _delay(self) -> float:
         # drawn 4096 at a time (the same numbers as one at a time, in the same
@@ -166,7 +167,7 @@ class LocalParameterStore(SlotRows):
         s = self.shard_index
         taken = sum_slots(out, self._shared.slots[s], self._shared.heads[s], self._slot_of,
                           clocks, consumed, sparse=self.sparse)
-        self._scheduler.sleep(self._link.apply_seconds(4 * self.count * taken))
+        self._scheduler.sleep(self._link.apply_seconds(4 * self.count * taken, taken))
         return taken
 
     def publish(self) -> None:

@@ -81,7 +81,7 @@ def _simulate(config: Config, size: int, layout, data, model, paradigm, ipe: flo
     iterations, ipe, total_samples = sized(config, paradigm, len(data.y_train), ipe)
     scheduler = Scheduler()
     network = Network(config.sim_latency, config.sim_bandwidth, config.sim_jitter, config.seed,
-                      config.sim_apply)
+                      config.sim_apply, config.sim_apply_per_push)
     n = FlatModel(model).n
     sparse = config.compressor != "none"
     shared = SharedParameters(n, layout.servers, range(layout.clients))

@@ -152,14 +152,16 @@ def parse_stragglers(text: str, workers: int | None) -> list[Straggle]:
     return out
 
 
-def random_stragglers(text: str, worker: int, seed: int):
-    """'rate:mean_iters:factor': each iteration not already slowed starts a
-    straggle with probability `rate`, lasting a geometric number of
-    iterations. An endless iterator of Straggles in iteration order (under
-    a global budget a worker's iteration count is not known in advance)."""
+def random_stragglers(text: str, worker: int, seed: int, workers: int | None = None):
+    """'rate:mean_iters:factor' (one for every worker, or one per worker):
+    each iteration not already slowed starts a straggle with probability
+    `rate`, lasting a geometric number of iterations. An endless iterator
+    of Straggles in iteration order (under a global budget a worker's
+    iteration count is not known in advance)."""
     if not text:
         return iter(())
-    rate, mean, factor = parse_random_stragglers(text)
+    items = parse_random_stragglers(text, workers)
+    rate, mean, factor = items[worker] if len(items) > 1 else items[0]
     return _random_straggles(np.random.default_rng([seed, worker, 0x57A6]), worker, rate, mean, factor)
 
 
@@ -174,19 +176,29 @@ def _random_straggles(rng, worker, rate, mean, factor):
             i += 1
 
 
-def parse_random_stragglers(text: str) -> tuple[float, float, float] | None:
-    """'rate:mean_iters:factor' -> its three numbers (None for '')."""
-    if not text:
-        return None
-    try:
-        rate, mean, factor = (float(x) for x in text.split(":"))
-    except ValueError:
-        raise ConfigError("random_stragglers", text, "rate:mean_iters:factor, e.g. 0.01:20:4") from None
-    # finite: an infinite mean or factor would stall a worker for ever
-    if not (0 <= rate <= 1 and 1 <= mean < math.inf and 1 <= factor < math.inf):
-        raise ConfigError("random_stragglers", text,
-                          "rate in [0,1], mean_iters >= 1, factor >= 1 (both finite)")
-    return rate, mean, factor
+_RANDOM_FORMS = ("rate:mean_iters:factor, e.g. 0.01:20:4, for every worker, or one per worker "
+                 "separated by commas")
+
+
+def parse_random_stragglers(text: str, workers: int | None = None) -> list[tuple[float, float, float]]:
+    """'rate:mean_iters:factor' -> [its three numbers] (every worker's);
+    'r:m:f,r:m:f,...' -> one triple per worker (a measured cluster's,
+    mpips/experiments/profile.py); '' -> []. `workers` None: the syntax only."""
+    out = []
+    for item in (s.strip() for s in text.split(",")) if text else ():
+        try:
+            rate, mean, factor = (float(x) for x in item.split(":"))
+        except ValueError:
+            raise ConfigError("random_stragglers", text, _RANDOM_FORMS) from None
+        # finite: an infinite mean or factor would stall a worker for ever
+        if not (0 <= rate <= 1 and 1 <= mean < math.inf and 1 <= factor < math.inf):
+            raise ConfigError("random_stragglers", text,
+                              f"{item!r}: rate in [0,1], mean_iters >= 1, factor >= 1 (both finite)")
+        out.append((rate, mean, factor))
+    if workers is not None and len(out) > 1 and len(out) != workers:
+        raise ConfigError("random_stragglers", text, f"{len(out)} items for {workers} workers; give "
+                                                     f"{_RANDOM_FORMS}")
+    return out
 
 
 class Slowdown:
@@ -196,7 +208,7 @@ class Slowdown:
         factors = config.slowdown_factors(workers)
         self.persistent = factors[worker] if factors else 1.0
         self.straggles = [s for s in parse_stragglers(config.straggler, workers) if s.worker == worker]
-        self._random = random_stragglers(config.random_stragglers, worker, config.seed)
+        self._random = random_stragglers(config.random_stragglers, worker, config.seed, workers)
         self._drawn = 0     # iterations the random straggles are drawn up to
         self.device_time = config.device_time_model()
 

@@ -1,0 +1,72 @@
+"""`mpips plan --profile`: three candidates x two seeds simulated on a
+profile of 3 workers at 20 ms and one 4x slower, ranked; the table,
+plan.json, the figure and a command that `mpips train` takes."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import yaml
+
+from mpips.cli import main
+from mpips.io.log import RunLog
+
+CLUSTER = {"workers": [{"device_time": {"a": 0.0, "c": 0.00125}, "count": 3},
+                       {"device_time": {"a": 0.0, "c": 0.00125}, "slowdown": 4}]}
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    base = tmp_path_factory.mktemp("plan")
+    (base / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    code = main(["plan", "--profile", str(base / "cluster.yaml"), "--candidates", "bsp,asp,ssp:staleness=1",
+                 "--target", "0.8", "--epochs", "3", "--out", str(base / "out")])
+    return base / "out", code
+
+
+def test_the_plan_ranks_every_candidate_and_recommends_the_fastest(planned, capsys):
+    out, code = planned
+    assert code == 0
+    plan = json.loads((out / "plan.json").read_text())
+    ranking = plan["ranking"]
+    assert [r["candidate"] for r in ranking][0] == "asp"
+    assert sorted(r["candidate"] for r in ranking) == ["asp", "bsp", "ssp:staleness=1"]
+    # BSP waits for the 4x worker every round; ASP does not (about 2.7x here). BSP's
+    # seed 0 ran first, before any time to the target was known to stop it early.
+    first = next(r for r in plan["runs"] if (r["candidate"], r["seed"]) == ("bsp", 0))
+    assert first["stopped_at"] == 0 and first["time_to_target"] > 1.5 * ranking[0]["time_to_target"]
+    assert len(plan["runs"]) == 6 and {r["seed"] for r in plan["runs"]} == {0, 1}
+    for r in plan["runs"]:   # each a simulation on the profile's cluster
+        log = RunLog(r["run_dir"])
+        assert log.config["slowdown"] == "1x3,4" and log.layout["workers"] == 4
+    assert (out / "plan.png").stat().st_size > 10_000
+    table = (out / "plan.md").read_text()
+    assert "| 1 | asp |" in table and "time to 80% s" in table and "recommended: asp" in table
+
+
+def test_the_recommended_command_is_one_mpips_train_takes(planned, capsys):
+    out, _ = planned
+    how = json.loads((out / "plan.json").read_text())["recommended"]
+    words = shlex.split(how["mpirun"])
+    assert words[:2] == ["mpirun", "-n"] and words[3:7] == ["python", "-m", "mpips", "train"]
+    # the same flags, asked how many ranks they need, say the -n of the command
+    capsys.readouterr()
+    assert main(["ranks", *words[7:]]) == 0
+    assert int(capsys.readouterr().out) == int(words[2]) == how["ranks"] == 5
+    assert how["sbatch"] == "MPIPS_EPOCHS=3 MPIPS_WORKERS=4 sbatch -n 5 jobs/asp.slurm"
+
+
+def test_a_plan_needs_a_target_or_a_time_limit(tmp_path, capsys):
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    assert main(["plan", "--profile", str(tmp_path / "cluster.yaml"), "--candidates", "bsp",
+                 "--out", str(tmp_path / "out")]) == 2
+    assert "--target ACC" in capsys.readouterr().err
+
+
+def test_a_bad_candidate_is_one_line_naming_it(tmp_path, capsys):
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    assert main(["plan", "--profile", str(tmp_path / "cluster.yaml"), "--candidates", "ssp:staleness=x",
+                 "--target", "0.5", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "staleness" in err

@@ -1,0 +1,61 @@
+"""The probe's fits (mpips/experiments/probe.py) on made-up log rows with
+known answers: device time, stragglers, network, applies."""
+import numpy as np
+import pytest
+
+from mpips.experiments import probe
+from mpips.io.log import APPLY, ITERATION
+
+
+def rows(**columns) -> np.ndarray:
+    n = len(next(iter(columns.values())))
+    out = np.zeros(n, ITERATION)
+    for name, values in columns.items():
+        out[name] = values
+    return out
+
+
+def test_a_linear_device_time_and_the_factors_come_back():
+    factors, its = [1.0, 1.0, 2.0, 4.0], []
+    for b in (8, 16, 32):
+        w = np.repeat(np.arange(4), 50)
+        its.append(rows(worker=w, batch=np.full(w.size, b), iteration=np.tile(np.arange(50), 4),
+                        compute=np.array(factors)[w] * (0.002 + 0.001 * b)))
+    model, found = probe.device_time(its, 4)
+    assert (model.a, model.c, model.p) == (pytest.approx(0.002), pytest.approx(0.001), 1.0)
+    assert found == pytest.approx(factors)
+
+
+def test_a_curve_that_is_not_linear_gets_its_power():
+    b = np.array([8.0, 16.0, 32.0])
+    a, c, p = probe.fit_curve(b, 0.001 + 0.004 * b ** 0.5)
+    assert p == pytest.approx(0.5, abs=0.02) and a == pytest.approx(0.001, abs=5e-4)
+
+
+def test_stragglers_rate_length_and_factor():
+    # 1000 iterations at 10 ms, 20 straggles of 5 iterations at 3x, 45 apart
+    compute = np.full(1000, 0.010)
+    for start in range(0, 1000, 50):
+        compute[start:start + 5] = 0.030
+    s = probe.stragglers([rows(iteration=np.arange(1000), compute=compute)])
+    # each of the 900 iterations not straggling, and each start, was a chance to start one
+    assert (s.rate, s.length, s.factor) == (pytest.approx(20 / 920), 5.0, pytest.approx(3.0))
+
+
+def test_the_network_from_small_and_dense_transfers():
+    dense, small = 40_000, 800
+    latency, bandwidth = 20e-6, 1e9
+    its = [rows(pull=np.full(100, latency + dense / bandwidth), push=np.full(100, latency + dense / bandwidth),
+                bytes_sent=np.full(100, dense), bytes_dense=np.full(100, dense)),
+           rows(pull=np.full(100, latency + dense / bandwidth), push=np.full(100, latency + small / bandwidth),
+                bytes_sent=np.full(100, small), bytes_dense=np.full(100, dense))]
+    net = probe.fit_network(its)
+    assert (net.latency, net.bandwidth, net.jitter) == (pytest.approx(latency), pytest.approx(bandwidth), 0.0)
+
+
+def test_applies_fixed_and_per_push_beyond_the_bytes():
+    ap = np.zeros(40, APPLY)
+    ap["pushes"] = np.repeat([1, 4], 20)
+    ap["apply"] = 2e-4 + 5e-5 * ap["pushes"]
+    found = probe.fit_apply([ap], moving=1e-5)
+    assert (found.fixed, found.per_push) == (pytest.approx(2e-4), pytest.approx(4e-5))
