@@ -158,7 +158,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
 def cmd_simulate(args) -> int:
     overrides = {k: v for k, v in vars(args).items() if k not in _OWN}
     from .io.log import DiskFull
-    from .runtime.job import TrainingFailed
+    from .runtime.assemble import TrainingFailed
     from .runtime.scheduler import TaskFailed
     from .runtime.simulate import simulate
     from .runtime.wait import StallError

@@ -112,8 +112,8 @@ class Checkpointer:
     """
 
     def __init__(self, comm, run_dir: str, config, ident: dict, found: Resume | None):
-        self.comm = comm
-        self.rank = comm.Get_rank()
+        self.comm = comm   # transport.Collectives
+        self.rank = comm.rank
         self.run_dir = run_dir
         self.config = config
         self.identity = ident
@@ -141,11 +141,7 @@ class Checkpointer:
         if ctx.rank != 0:
             return
         m = self.resumed or {}
-        ctx.log.event(self.elapsed, "segment", segment=self.segment, resumed_from=self.path,
-                      checkpoint=self.handled, step=m.get("step", 0), time=self.elapsed,
-                      clocks=m.get("clocks", [0] * ctx.layout.workers),
-                      server_steps=m.get("server_steps", [0] * ctx.layout.servers))
-        ctx.log.flush()
+        segment_event(ctx, self.segment, self.path, self.handled, m, self.elapsed)
         if self.resumed:
             print(f"mpips: resuming from {self.path}: segment {self.segment}, step {m['step']}, "
                   f"{self.elapsed:.1f} s of training done", flush=True)
@@ -157,7 +153,7 @@ class Checkpointer:
             return
         s = self.state
         if "control" in s:
-            ctx.control.write(0, s["control"])
+            ctx.table.write(0, s["control"])
         role.load_state(s["role"])
         ctx.paradigm.load_state(s["paradigm"])
         torch.set_rng_state(s["rng"]["torch"])
@@ -178,23 +174,23 @@ class Checkpointer:
             reason = "periodic"
         else:
             return   # (the common case first: this runs at every poll)
-        if self.requested(ctx.control.latest) or view.done.all():
+        if self.requested(ctx.table.latest) or view.done.all():
             return   # one at a time; none once every worker is done (the run ends anyway)
         n = self.handled + 1
         self.reason = reason
         if reason == "preemption":
             self.exiting = True
-            ctx.control.write(G.CHECKPOINT_EXIT, [n])   # before the request: read after GO
-        ctx.control.write(G.CHECKPOINT, [n])
+            ctx.table.write(G.CHECKPOINT_EXIT, [n])   # before the request: read after GO
+        ctx.table.write(G.CHECKPOINT, [n])
         ctx.log.event(ctx.now(), "checkpoint_request", number=n, reason=reason)
 
     def relay(self, up, group) -> None:
         """A GSSP group server, at every loop: a checkpoint asked for in the
         global table (`up`) is asked for in its group's table too."""
-        n = int(up.control.read_cells([G.CHECKPOINT])[0])
+        n = int(up.table.read_cells([G.CHECKPOINT])[0])
         if n > max(self.handled, self.relayed):
             self.relayed = n
-            group.control.write(G.CHECKPOINT, [n])
+            group.table.write(G.CHECKPOINT, [n])
 
     def clients_stopped(self, control, snap: np.ndarray) -> bool:
         """A server may stop: a checkpoint is asked for and every client row
@@ -215,7 +211,7 @@ class Checkpointer:
             def ready_or_halt():
                 # before `ready`: a paradigm's gate may decide something once
                 # per clock (DSSP's credits) that a stop here must not spend
-                if self.requested(ctx.control.read()):
+                if self.requested(ctx.table.read()):
                     halt.append(True)
                     return True
                 return ready()
@@ -230,7 +226,7 @@ class Checkpointer:
         row (offset `ack`), wait for GO, save `role_state()`. Returns when the
         run goes on; raises Preempted when it ends here. `group`: a GSSP group
         server's group level, whose workers wait for GO in their own table."""
-        control = ctx.control
+        control = ctx.table
         n = int(control.read()[G.CHECKPOINT])
         if ack is not None:   # (the evaluator rank: nobody waits for it to stop)
             control.write(ack, [n])
@@ -257,8 +253,8 @@ class Checkpointer:
         exiting = go > 0 and int(control.read()[G.CHECKPOINT_EXIT]) == n
         if group is not None:
             if exiting:
-                group.control.write(G.CHECKPOINT_EXIT, [n])   # read by its workers after GO
-            group.control.write(G.CHECKPOINT_GO, [go])
+                group.table.write(G.CHECKPOINT_EXIT, [n])   # read by its workers after GO
+            group.table.write(G.CHECKPOINT_GO, [go])
         self.handled = n
         if go < 0:
             if coordinator:
@@ -275,8 +271,8 @@ class Checkpointer:
         t = time.perf_counter()
         state = {"role": role_state, "paradigm": ctx.paradigm.state(),
                  "rng": {"torch": torch.get_rng_state(), "numpy": list(np.random.get_state())}}
-        if ctx.control.comm.Get_rank() == ctx.control.home:
-            state["control"] = ctx.control.read()
+        if ctx.table.is_home():
+            state["control"] = ctx.table.read()
         ctx.log.flush()   # the log up to the cut is on disk before the checkpoint is
         # every rank is here: quick. With each state, what the meta says of the cut.
         mark = (role_state.get("clock"), role_state.get("steps"))
@@ -292,9 +288,8 @@ class Checkpointer:
                 result = (None, str(e), True, status)
             except OSError as e:
                 result = (None, f"{type(e).__name__}: {e}", False, status)
-        request = self.comm.Ibarrier()
-        ctx.wait(request.Test, what=f"checkpoint {n} being written",
-                 describe=lambda: "rank 0 writing the checkpoint file")
+        self.comm.barrier(lambda test: ctx.wait(test, what=f"checkpoint {n} being written",
+                                                describe=lambda: "rank 0 writing the checkpoint file"))
         path, error, full, status = self.comm.bcast(result)
         if full:
             # the job ends here, every rank at the same cut: a disk that cannot take
@@ -337,20 +332,41 @@ class Checkpointer:
                 **self.meta_extra}
 
 
-class NoCheckpoints(Checkpointer):
-    """The checkpoint protocol of a job that takes none (`mpips simulate`:
-    one process, minutes long, nothing to preempt): it never asks for one,
-    so every wait is a plain wait and nothing is collective."""
+def segment_event(ctx, segment: int, path: str | None, checkpoint: int, meta: dict, elapsed: float) -> None:
+    """The event that starts a segment of the run log (RunLog's cut); `meta`:
+    the checkpoint's it resumes from."""
+    ctx.log.event(elapsed, "segment", segment=segment, resumed_from=path, checkpoint=checkpoint,
+                  step=meta.get("step", 0), time=elapsed, clocks=meta.get("clocks", [0] * ctx.layout.workers),
+                  server_steps=meta.get("server_steps", [0] * ctx.layout.servers))
+    ctx.log.flush()
 
-    def __init__(self, config):
-        self.config = config
-        self.resumed, self.path, self.segment, self.state = None, None, 0, None
-        self.handled = self.relayed = 0
-        self.elapsed = 0.0
-        self.meta_extra = {}
+
+class NoCheckpoints:
+    """The checkpoint protocol (`Checkpointer`'s verbs) of a job that takes
+    none (`mpips simulate`: one process, minutes long, nothing to
+    preempt): it never asks for one, so every wait is a plain wait and
+    nothing is collective."""
+
+    resumed, path, segment, state, elapsed = None, None, 0, None, 0.0
+
+    def __init__(self):
+        self.meta_extra: dict = {}
+
+    def begin(self, ctx) -> None:
+        if ctx.rank == 0:
+            segment_event(ctx, 0, None, 0, {}, 0.0)
+
+    def restore(self, ctx, role) -> None:
+        pass
 
     def maybe_request(self, ctx, view) -> None:
         pass
+
+    def relay(self, up, group) -> None:
+        pass
+
+    def clients_stopped(self, table, snap) -> bool:
+        return False
 
     def wait(self, ctx, ready, *, what: str, describe, stop) -> float:
         return ctx.wait(ready, what=what, describe=describe)   # nothing to stop for

@@ -3,7 +3,7 @@ clock of `mpips simulate` (mpips/runtime/scheduler.py).
 
 The roles never call `time` themselves: they read `clock.time()` and
 `clock.perf_counter()`, `clock.sleep()` through an emulated device's time, and
-`clock.wait_until()` for every wait. Under MPI that is the wall clock and
+`clock.wait_until()` for every wait, and count from `clock.origin`. Under MPI that is the wall clock and
 polling with backoff (mpips/runtime/wait.py); in the simulator the same calls advance
 virtual time, so the roles' code is the same for both transports.
 """
@@ -18,6 +18,8 @@ from .wait import wait_until
 
 
 class Clock(Protocol):
+    origin: float   # the run's time zero (its start barrier), in time()'s units
+
     def time(self) -> float: ...
 
     def perf_counter(self) -> float: ...
@@ -37,6 +39,4 @@ class WallClock:
     perf_counter = staticmethod(_time.perf_counter)
     sleep = staticmethod(_time.sleep)
     wait_until = staticmethod(wait_until)
-
-
-WALL = WallClock()
+    origin = 0.0

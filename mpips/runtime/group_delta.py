@@ -19,7 +19,7 @@ from ..paradigms.compress import Compressor, SparseGrad, dense_of
 class GroupDelta:
     """`params` is the group's copy, changed in place by its optimizer."""
 
-    def __init__(self, params: np.ndarray, compressor: Compressor | None = None):
+    def __init__(self, params: np.ndarray, compressor: Compressor):
         self.params = params
         self.base = params.copy()
         self.compressor = compressor
@@ -31,11 +31,9 @@ class GroupDelta:
         """What to send now; `flush` sends the compressor's whole residual too
         (dense), as at every epoch end and at the last exchange."""
         np.subtract(self.params, self.base, out=self._delta)
-        payload: SparseGrad | np.ndarray = self._delta
-        if self.compressor is not None:
-            payload = self.compressor.compress(self._delta)
-            if flush:
-                payload = dense_of(payload) + self.compressor.flush()
+        payload = self.compressor.compress(self._delta)
+        if flush and self.compressor.sparse:   # (a dense one holds nothing back)
+            payload = dense_of(payload) + self.compressor.flush()
         self._payload = payload
         return payload
 
@@ -50,7 +48,7 @@ class GroupDelta:
                 self._payload.add_to(nxt)
             else:
                 nxt += self._payload
-            if self.compressor is not None:
+            if self.compressor.sparse:
                 nxt += self.compressor.residual
             np.copyto(self.params, nxt)  # one copy: readers of params see fewer torn states
         np.copyto(self.base, self.params)

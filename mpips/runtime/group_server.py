@@ -30,6 +30,7 @@ import numpy as np
 
 from ..paradigms.compress import SparseGrad, make_compressor, speed_ranks
 from ..paradigms.grouping import GroupSpeed
+from ..training.optim import server_rule
 from ..paradigms.view import SLOT_GROUP_SPEED_RANK
 from .context import Context
 from .group_delta import GroupDelta
@@ -48,7 +49,7 @@ class GroupServer(Server):
 
     def __init__(self, ctx: Context, up: Context, *, group: int, members: list[int],
                  speed: GroupSpeed, speed_rank: int):
-        super().__init__(ctx)
+        super().__init__(ctx, server_rule(ctx.config, ctx.store.shard, total_epochs=ctx.plan.epochs))
         self.s = 0                  # the one server of its group's table (ctx.index is the group)
         self.up = up
         self.g = group
@@ -56,10 +57,7 @@ class GroupServer(Server):
         self.k = ctx.config.exchange_every or len(members)
         self.speed = speed
         self.speed_rank = speed_rank
-        compressor = None
-        if ctx.config.compressor != "none":
-            compressor = make_compressor(ctx.config, stream=ctx.layout.workers + group)
-        self.delta = GroupDelta(ctx.store.shard, compressor)
+        self.delta = GroupDelta(ctx.store.shard, make_compressor(ctx.config, stream=ctx.layout.workers + group))
         self.pulled = np.empty_like(ctx.store.shard)
         self.neg = np.empty_like(ctx.store.shard)
         self.since = 0              # worker pushes applied since the last exchange
@@ -72,7 +70,7 @@ class GroupServer(Server):
     def start(self) -> None:
         """Before the clock starts: the group's speed rank for its workers,
         and this group's row for the other group servers to rank against."""
-        self.ctx.control.write(SLOT_GROUP_SPEED_RANK, [self.speed_rank])
+        self.ctx.table.write(SLOT_GROUP_SPEED_RANK, [self.speed_rank])
         self.publish_up(done=False, duration=0.0, pushes=0)
 
     def run(self) -> None:
@@ -99,13 +97,13 @@ class GroupServer(Server):
     def halt(self) -> None:
         """Acknowledge in its global row, take GO from the global table to the group's."""
         up = self.up
-        up.checkpointer.halt(up, self.state, ack=up.control.worker_offset(self.g, W.HALTED),
+        up.checkpointer.halt(up, self.state, ack=up.table.worker_offset(self.g, W.HALTED),
                              group=self.ctx)
 
     def state(self) -> dict:
         compressor = self.delta.compressor
         return {**super().state(), "base": self.delta.base.copy(),
-                "compressor": compressor.state() if compressor is not None else None,
+                "compressor": compressor.state(),
                 "since": self.since, "forwarded": self.forwarded, "exchanges": self.exchanges,
                 "flushed_epochs": self.flushed_epochs, "exchange_times": list(self.exchange_times),
                 "sent_final": self.sent_final,
@@ -114,8 +112,7 @@ class GroupServer(Server):
     def load_state(self, state: dict) -> None:
         super().load_state(state)   # the parameters (the delta's `params`) among them
         self.delta.base[:] = state["base"]
-        if self.delta.compressor is not None:
-            self.delta.compressor.load_state(state["compressor"])
+        self.delta.compressor.load_state(state["compressor"])
         self.since, self.forwarded = int(state["since"]), int(state["forwarded"])
         self.exchanges, self.flushed_epochs = int(state["exchanges"]), int(state["flushed_epochs"])
         self.exchange_times = [float(t) for t in state["exchange_times"]]
@@ -138,25 +135,25 @@ class GroupServer(Server):
         t = ctx.clock.perf_counter()
         # its slot on the global servers holds one delta: the previous one taken first
         up.wait_for_slot(self.g, self.forwarded)
-        snap = up.control.read()
-        rank = self._update_speed_rank(up.control.worker_rows(snap)[:, EPOCH_TIME])
-        epochs = self.pushes // ctx.epoch_pushes
+        snap = up.table.read()
+        rank = self._update_speed_rank(up.table.worker_rows(snap)[:, EPOCH_TIME])
+        epochs = self.pushes // ctx.level.epoch_pushes
         flush = final or epochs > self.flushed_epochs
         self.flushed_epochs = epochs
         compressor = self.delta.compressor
         # the paradigm decides the group's ratio as for its workers (-1: the group server)
-        ratio = ctx.paradigm.compression(-1, ctx.view(), epoch=epochs + 1) if compressor else None
+        ratio = ctx.paradigm.compression(-1, ctx.view(), epoch=epochs + 1)
         if ratio is not None:
             compressor.set_ratio(*ratio)
         # The row first, then the pull: if every earlier delta is applied,
         # the parameters read after hold them all.
-        synced = up.control.view(snap, ctx.now()).applied[self.g] >= self.forwarded
+        synced = up.table.view(snap, ctx.now()).applied[self.g] >= self.forwarded
         if synced:
             up.store.pull(self.pulled)
         payload = self.delta.take(flush=flush)
         # A final exchange with no new worker push carries only the compressor's
         # residual: it counts as one forwarded push, so the global servers apply it.
-        counted = self.since or int(final and compressor is not None)
+        counted = self.since or int(final and compressor.sparse)
         slot = {"row": self.g, "number": self.forwarded + counted}   # the row's CLOCK after it
         if isinstance(payload, SparseGrad):
             up.store.push_sparse(payload.indices, -payload.values, **slot)
@@ -174,9 +171,10 @@ class GroupServer(Server):
         self.exchanges += 1
         duration = ctx.clock.perf_counter() - t
         self.publish_up(done=final, duration=duration, pushes=pushes)
-        ctx.log.row("exchanges", self.g, ctx.now(), self.exchanges, pushes, self.forwarded,
-                    duration, int(synced), int(flush), rank,
-                    getattr(compressor, "ratio", 1.0), sent, 4 * ctx.store.shard.size)
+        ctx.log.row("exchanges", group=self.g, time=ctx.now(), exchange=self.exchanges, pushes=pushes,
+                    forwarded=self.forwarded, duration=duration, synced=int(synced), flushed=int(flush),
+                    speed_rank=rank, ratio=getattr(compressor, "ratio", 1.0), bytes_sent=sent,
+                    bytes_dense=4 * ctx.store.shard.size)
 
     def _update_speed_rank(self, epoch_times: np.ndarray) -> int:
         """This group's speed rank among the groups' published epoch times,
@@ -186,7 +184,7 @@ class GroupServer(Server):
             rank = speed_ranks(epoch_times)[self.g]
             if rank != self.speed_rank:
                 self.speed_rank = rank
-                self.ctx.control.write(SLOT_GROUP_SPEED_RANK, [rank])
+                self.ctx.table.write(SLOT_GROUP_SPEED_RANK, [rank])
                 self.ctx.log.event(self.ctx.now(), "group_speed_rank", group=self.g,
                                    speed_rank=rank, epoch_times=epoch_times)
         return self.speed_rank
@@ -198,10 +196,10 @@ class GroupServer(Server):
         now = ctx.now()
         if pushes:
             self.exchange_times = [now, self.exchange_times[0]]
-        members = ctx.control.worker_rows(ctx.control.read())[self.members]
+        members = ctx.table.worker_rows(ctx.table.read())[self.members]
         # the progress line's wait share is the mean over these rows; extras
         # are EXCHANGES, EPOCH_TIME (0: not measured yet)
-        publish_client_row(self.up.control, self.g, clock=self.forwarded, push_times=self.exchange_times,
+        publish_client_row(self.up.table, self.g, clock=self.forwarded, push_times=self.exchange_times,
                            busy=duration, done=done, wait_total=members[:, W.WAIT_TOTAL].mean(),
                            elapsed=members[:, W.ELAPSED].mean(), samples=members[:, W.SAMPLES].sum(),
                            extras=(self.exchanges, np.nan_to_num(self.speed.time)))

@@ -6,7 +6,7 @@ pulls, pushes into a client's gradient slot, takes the pushed gradients and
 publishes; a `LocalControlTable` reads, writes and fetch-and-adds. Every role
 gets its own handle on one set of arrays (as every rank its own window
 object), and every write tells the scheduler that the shared state changed,
-and a control table's writes which cells (`watch_gates`).
+and a control table's writes which cells (`gate_answered`).
 
 Costs (the `Network` model, documented in docs/simulator.md): a pull or a
 push takes latency + bytes / bandwidth of virtual time, its data read or
@@ -147,7 +147,7 @@ class LocalParameterStore(SlotRows):
     def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
                     key: int = 0) -> None:
         if not self.sparse:
-            raise RuntimeError("push_sparse into a ParameterStore made without sparse=True")
+            raise RuntimeError("push_sparse into a store made without sparse=True")
         k = self.slot(row)
         self._scheduler.sleep(self._link.seconds(8 * len(indices)))   # index and value
         for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
@@ -267,11 +267,20 @@ class LocalControlTable(TableLayout):
         self._scheduler.changed(self._source, (offset,), whole=False)
         return before
 
-    def waits_for(self, view: TableView, workers, behind: int = -1) -> None:
-        """The running check read `view` of this table and cannot pass before
-        each of `workers` has more pushes applied or is done: it waits for
-        the one furthest behind (`behind`, when the gate gave it), and is
-        checked again only once that one progresses (see watch_gates)."""
+    def is_home(self) -> bool:
+        return True   # every role's handle is on the one array
+
+    def gate_answered(self, view: TableView, gate) -> None:
+        """Re-check a worker's gate only when it may pass. A gate that does
+        not pass cannot before each worker in its `waiting_for` has more
+        pushes applied or is done (paradigms.base.Gate); so it waits for one
+        of them, the one furthest behind (`behind`, when the gate gave it),
+        and the scheduler skips every check in between (at 256 workers, most
+        writes would otherwise wake most gates, all to fail:
+        benchmarks/results/simulator.md)."""
+        workers, behind = gate.waiting_for, gate.behind
+        if not workers:
+            return
         if behind >= 0:
             workers = (behind,)
         elif len(workers) > 1:
@@ -284,19 +293,49 @@ class LocalControlTable(TableLayout):
         pass
 
 
-def watch_gates(paradigm) -> None:
-    """Re-check a worker's gate only when it may pass. A gate that does not
-    pass cannot before each worker in its `waiting_for` has more pushes
-    applied or is done (paradigms.base.Gate); so it waits for one of them,
-    the one furthest behind, and the scheduler skips every check in between
-    (at 256 workers, most writes would otherwise wake most gates, all to
-    fail: benchmarks/results/simulator.md)."""
-    gate = paradigm.gate
+class LocalTransport:
+    """transport.Transport of every rank of `layout` as tasks of one
+    scheduler, moving bytes under `network`."""
 
-    def watched(worker: int, view):
-        answer = gate(worker, view)
-        if not answer.ok and answer.waiting_for:
-            view.table.waits_for(view, answer.waiting_for, answer.behind)
-        return answer
+    def __init__(self, layout, network: Network):
+        self.layout, self.network = layout, network
+        self.scheduler = Scheduler()
+        self.clock = self.scheduler.clock
+        self.ranks = list(range(layout.size))
 
-    paradigm.gate = watched
+    def level(self, specs, *, n: int, sparse: bool) -> dict:
+        handles = {}
+        for spec in specs:
+            shared = SharedParameters(n, len(spec.servers), spec.slot_rows)
+            table = LocalControlTable.shared(spec.table_rows, len(spec.servers))
+            for rank in spec.members:
+                role, index = self.layout.role(rank)
+                store = LocalParameterStore(
+                    shared, self.scheduler, self.network.link(spec.level, role, index),
+                    server=spec.servers.index(rank) if rank in spec.servers else None,
+                    world_server_ranks=list(spec.servers), sparse=sparse)
+                handles[rank] = (store, LocalControlTable(table, self.scheduler, spec.table_rows,
+                                                          len(spec.servers)))
+        return handles
+
+    def each(self, work: dict) -> np.ndarray:
+        """In virtual time; the run's clock starts after it, as a job's does."""
+        results = np.full(self.layout.size, np.nan)
+        tasks = {rank: self.scheduler.spawn(f"rank {rank} before the start", fn) for rank, fn in work.items()}
+        self.scheduler.run()
+        for rank, task in tasks.items():
+            results[rank] = task.result
+        self.clock.origin = self.scheduler.now
+        return results
+
+    def run(self, bodies: dict, elapsed: float, name=str) -> dict:
+        tasks = {rank: self.scheduler.spawn("rank {} ({} {})".format(rank, *self.layout.role(rank)), body)
+                 for rank, body in bodies.items()}
+        self.scheduler.run()
+        return {rank: task.result for rank, task in tasks.items()}
+
+    def total(self, counts: np.ndarray) -> np.ndarray:
+        return counts
+
+    def close(self) -> None:
+        pass

@@ -1,9 +1,11 @@
-"""The MPI transport: the shared state of a run in one-sided windows.
+"""The MPI transport (transport.py's protocols): the shared state of a run in
+one-sided windows, the collectives, and this rank's role between barriers.
+The one module of mpips that imports mpi4py.
 
-Two classes, each owning its windows (after mpi4py.util.sync): the
-`ParameterStore` (the flat float32 parameters, sharded over the servers, and
-on each server one gradient slot per worker that the worker `Put`s into) and the
-`ControlTable` (a small float64 table on server 0 of per-worker and
+Two classes own windows (after mpi4py.util.sync): the `ParameterWindows`
+(the flat float32 parameters, sharded over the servers, and on each server
+one gradient slot per worker that the worker `Put`s into) and the
+`ControlWindow` (a small float64 table on server 0 of per-worker and
 per-server counters). All windows are made with `Win.Allocate` (docs/environment.md:
 `Win.Create` does not progress) and every rank holds one `Lock_all` epoch on
 them for the whole run, completing operations with `Flush`. How the state is
@@ -12,10 +14,15 @@ mpips/runtime/local_transport.py.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
+from .clock import WallClock
+from .rendezvous import allgather_within
 from .state import SlotRows, TableLayout, shard_bounds, sum_slots
+from .transport import LevelSpec
 
 _INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
 
@@ -35,7 +42,7 @@ def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarr
 
 
 
-class ParameterStore(SlotRows):
+class ParameterWindows(SlotRows):
     """The flat parameter vector, sharded; pull with `Get`, push with `Put`
     into the pusher's own gradient slot.
 
@@ -60,11 +67,11 @@ class ParameterStore(SlotRows):
     """
 
     def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
-                 clients=None, sparse: bool = False):
+                 clients=None, sparse: bool = False, world_server_ranks=None):
         self.comm = comm
         self.server_ranks = list(server_ranks)
-        # for messages: the servers' ranks in COMM_WORLD (a GSSP group's comm numbers its own)
-        self.world_server_ranks = comm.Get_group().Translate_ranks(self.server_ranks, MPI.COMM_WORLD.Get_group())
+        # for messages: the servers' world ranks (a GSSP group's comm numbers its own)
+        self.world_server_ranks = list(world_server_ranks or server_ranks)
         self.n = n
         self.bounds = shard_bounds(n, len(server_ranks))
         if clients is None:
@@ -116,7 +123,7 @@ class ParameterStore(SlotRows):
         zeros (`sparse=True`): an indexed target datatype sends the k values,
         not a dense vector of zeros."""
         if not self.sparse:
-            raise RuntimeError("push_sparse into a ParameterStore made without sparse=True")
+            raise RuntimeError("push_sparse into a ParameterWindows made without sparse=True")
         k = self.slot(row)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
@@ -188,7 +195,7 @@ class ParameterStore(SlotRows):
             win.Free()
 
 
-class ControlTable(TableLayout):
+class ControlWindow(TableLayout):
     """Per-worker and per-server counters in one float64 window on server 0.
 
     Each slot has one writer (a worker its row, a server its row), so writes
@@ -200,8 +207,7 @@ class ControlTable(TableLayout):
         super().__init__(workers, servers)
         self.comm = comm
         self.home = home
-        # one cell more, past the table (no read takes it, no checkpoint keeps it): `first_to_fail`
-        count = self.size + 1 if comm.Get_rank() == home else 0
+        count = self.size if comm.Get_rank() == home else 0
         self._win, _ = _allocate(comm, count, np.float64)
         comm.Barrier()
         self._win.Lock_all()
@@ -212,6 +218,12 @@ class ControlTable(TableLayout):
         self._win.Get([self._snap, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
         self._win.Flush(self.home)
         return self._snap.copy()
+
+    def is_home(self) -> bool:
+        return self.comm.Get_rank() == self.home
+
+    def gate_answered(self, view, gate) -> None:
+        pass   # a wait polls: nothing to learn
 
     def write(self, offset: int, values) -> None:
         vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
@@ -229,11 +241,112 @@ class ControlTable(TableLayout):
         self._win.Flush(self.home)
         return float(result[0])
 
-    def first_to_fail(self) -> bool:
-        """Whether no rank asked before (fetch-and-add on the cell past the
-        table): of ranks that fail at once (a full disk), one says why."""
-        return self.add(self.size, 1) == 0
-
     def free(self) -> None:
         self._win.Unlock_all()
         self._win.Free()
+
+
+class Collectives:
+    """transport.Collectives over `comm`."""
+
+    def __init__(self, comm: MPI.Intracomm):
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+
+    def allgather(self, value, *, what: str, warn: float, timeout: float, name=str) -> list:
+        return allgather_within(self.comm, value, what=what, warn=warn, timeout=timeout, name=name)
+
+    def bcast(self, value, root: int = 0):
+        return self.comm.bcast(value, root=root)
+
+    def gather(self, value, root: int = 0):
+        return self.comm.gather(value, root=root)
+
+    def scatter(self, values, root: int = 0):
+        return self.comm.scatter(values, root=root)
+
+    def barrier(self, wait) -> None:
+        wait(self.comm.Ibarrier().Test)
+
+
+class MPITransport:
+    """transport.Transport of this rank of `comm` (COMM_WORLD by default)."""
+
+    def __init__(self, comm: MPI.Intracomm | None = None):
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.collectives = Collectives(self.comm)
+        self.ranks = [self.collectives.rank]
+        self.clock = WallClock()
+        self.stall = (60.0, 600.0)   # (warn, timeout) of its own waits; set_up's
+        self._made: list = []        # windows and communicators, freed by close()
+        # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
+        self._failures = ControlWindow(self.comm, 0, 0, 0)
+
+    @staticmethod
+    def library() -> str:
+        return MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip()
+
+    def on_this_node(self, value) -> tuple[list, int]:
+        """Every value of this node's ranks, and this rank's place among them."""
+        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        values, mine = local.allgather(value), local.Get_rank()
+        local.Free()
+        return values, mine
+
+    def level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict:
+        rank = self.collectives.rank
+        mine = [k for k, spec in enumerate(specs) if rank in spec.members]
+        if len(specs) == 1 and len(specs[0].members) == self.collectives.size:
+            comm = self.comm      # the global level: every rank
+        else:   # one communicator per level, its servers first
+            comm = self.comm.Split(mine[0] if mine else MPI.UNDEFINED,
+                                   specs[mine[0]].members.index(rank) if mine else rank)
+            if not mine:
+                return {}
+            self._made.append(comm)
+        spec = specs[mine[0]]
+        local = [spec.members.index(r) for r in spec.servers]
+        store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse,
+                                 world_server_ranks=spec.servers)
+        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers))
+        self._made += [store, table]
+        return {rank: (store, table)}
+
+    def each(self, work: dict) -> np.ndarray:
+        mine = np.array([work[self.ranks[0]]() if work else np.nan])
+        everyone = np.empty(self.collectives.size)
+        request = self.comm.Iallgather([mine, MPI.DOUBLE], [everyone, MPI.DOUBLE])
+        self.clock.wait_until(request.Test, what="gathering every rank's result before the start",
+                              describe=lambda: "the ranks still working", warn=self.stall[0],
+                              timeout=self.stall[1])
+        return everyone
+
+    def run(self, bodies: dict, elapsed: float, name=str) -> dict:
+        """The body between the start barrier and the end one (every rank
+        reaches the end, or those that do not are named within the stall
+        timeout: rendezvous.SetupTimeout)."""
+        (rank, body), = bodies.items()
+        self.comm.Barrier()  # parameters in place and every role ready: the clock starts
+        # (a resumed job's clock goes on from the checkpoint's training time)
+        self.clock.origin = self.comm.bcast(time.time() - elapsed if rank == 0 else None)
+        result = body()
+        self.collectives.allgather(None, what="the end of the run", warn=self.stall[0],
+                                   timeout=self.stall[1], name=name)
+        return {rank: result}
+
+    def total(self, counts: np.ndarray) -> np.ndarray:
+        return self.comm.allreduce(counts)
+
+    def first_to_fail(self) -> bool:
+        """Whether no rank asked before (a fetch-and-add): of ranks that fail
+        at once (a full disk), one says why."""
+        return self._failures.add(0, 1) == 0
+
+    def abort(self, status: int) -> None:
+        self.comm.Abort(status)
+
+    def close(self) -> None:
+        """Free the levels' windows and communicators, the last made first."""
+        for made in reversed(self._made + [self._failures]):
+            made.free() if hasattr(made, "free") else made.Free()
+        self._made = []

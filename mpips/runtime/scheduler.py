@@ -306,6 +306,7 @@ class VirtualClock:
 
     def __init__(self, scheduler: Scheduler):
         self.scheduler = scheduler
+        self.origin = 0.0
         self.sleep = scheduler.sleep
         self.wait_until = scheduler.wait_until
         # scheduler.now, read without a Python call: a worker reads the clock

@@ -1,0 +1,136 @@
+"""What the roles use of a transport, as protocols (after clock.Clock).
+
+Two transports implement them, each in one module: MPI one-sided windows
+(mpi_transport.py, the only module that imports mpi4py) and in-process
+arrays under the virtual-time scheduler (local_transport.py). The roles and
+the assembler (assemble.py) see only these verbs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from .clock import Clock
+from .state import TableView
+
+
+class ParameterStore(Protocol):
+    """The flat parameters sharded over a level's servers, and on each server
+    one gradient slot per client row (mpi_transport.ParameterWindows)."""
+
+    n: int
+    bounds: list[tuple[int, int]]
+    shard: np.ndarray                 # this server's shard (empty on a client)
+    world_server_ranks: list[int]     # for messages
+
+    def pull(self, out: np.ndarray) -> None: ...
+
+    def observe(self, out: np.ndarray) -> None: ...   # an evaluation's read
+
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None: ...
+
+    def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
+                    key: int = 0) -> None: ...
+
+    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int: ...
+
+    def publish(self) -> None: ...
+
+    def pending(self) -> dict: ...    # a checkpoint's copy of the slots
+
+    def restore_pending(self, state: dict) -> None: ...
+
+    def free(self) -> None: ...
+
+
+class ControlTable(Protocol):
+    """A level's table of counters (state.TableLayout's offsets and views,
+    plus these verbs)."""
+
+    workers: int
+    servers: int
+    latest: np.ndarray                # as of the last read()
+
+    def read(self) -> np.ndarray: ...
+
+    def read_cells(self, offsets: list[int]) -> np.ndarray: ...
+
+    def write(self, offset: int, values) -> None: ...
+
+    def add(self, offset: int, value: float) -> float: ...   # fetch-and-add
+
+    def is_home(self) -> bool: ...    # the table's memory is on this rank
+
+    def gate_answered(self, view: TableView, gate) -> None:
+        """A gate that read `view` did not pass (the simulator then re-checks
+        it only when what it waits for changes; MPI polls: nothing)."""
+
+    def worker_offset(self, worker: int, col: int = 0) -> int: ...
+
+    def server_offset(self, server: int, col: int = 0) -> int: ...
+
+    def worker_rows(self, snap: np.ndarray) -> np.ndarray: ...
+
+    def server_rows(self, snap: np.ndarray) -> np.ndarray: ...
+
+    def view(self, snap: np.ndarray, now: float) -> TableView: ...
+
+    def free(self) -> None: ...
+
+
+class Collectives(Protocol):
+    """What set-up, checkpoints and the end of a run exchange between ranks;
+    every wait is bounded by the stall timeout (rendezvous.py)."""
+
+    rank: int
+    size: int
+
+    def allgather(self, value, *, what: str, warn: float, timeout: float, name=str) -> list: ...
+
+    def bcast(self, value, root: int = 0): ...
+
+    def gather(self, value, root: int = 0) -> list | None: ...
+
+    def scatter(self, values: list | None, root: int = 0): ...
+
+    def barrier(self, wait: Callable) -> None: ...   # `wait(test)`: a role's wait on it
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """One level of servers: the world ranks holding a handle on it (its
+    servers first), its servers, the rows of its table and the rows that
+    push into its store. `level`: 0 the global servers, 1 a group's."""
+
+    members: tuple[int, ...]
+    servers: tuple[int, ...]
+    table_rows: int
+    slot_rows: tuple[int, ...]
+    level: int = 0
+
+
+class Transport(Protocol):
+    """Makes the levels' stores and tables and runs the role bodies: MPI
+    this rank's, the simulator every rank's under its scheduler."""
+
+    ranks: list[int]           # the world ranks this process runs
+    clock: Clock
+
+    def level(self, specs: list[LevelSpec], *, n: int,
+              sparse: bool) -> dict[int, tuple[ParameterStore, ControlTable]]:
+        """Collective: for each rank of `ranks` that is a member of one of
+        the (disjoint) `specs`, its (store, table) of `n` parameters."""
+
+    def each(self, work: dict[int, Callable[[], float]]) -> np.ndarray:
+        """Run each of this process's ranks' `work` (before the clock
+        starts); every world rank's result, nan where it had none."""
+
+    def run(self, bodies: dict[int, Callable], elapsed: float, name=str) -> dict:
+        """Start the clock (at `elapsed`: a resumed run's) and run the bodies
+        to the end; their results by rank. `name(rank)`: a rank in messages."""
+
+    def total(self, counts: np.ndarray) -> np.ndarray: ...   # summed over the world
+
+    def close(self) -> None: ...   # free what `level` made
