@@ -109,7 +109,8 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     preemption.remember(*preemption.STOPS)
     from mpi4py import MPI
 
-    from .runtime.rendezvous import SetupTimeout, allgather_within
+    from .runtime.mpi_transport import allgather_within
+    from .runtime.wait import SetupTimeout
 
     comm = MPI.COMM_WORLD if comm is None else comm
     config, error = None, plugin_error

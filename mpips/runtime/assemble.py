@@ -4,10 +4,8 @@ its roles' contexts and levels of servers, run to the end. `mpips train`
 pick a transport, check and plan, `run`, and judge the result here."""
 from __future__ import annotations
 
-import os
 import platform
 import sys
-import time
 
 import numpy as np
 import torch
@@ -15,15 +13,14 @@ import torch
 from .. import __version__
 from ..config import Config, ConfigError
 from ..io.log import DiskFull, set_status, write_run_header
-from ..io.rundir import RunDirLock
 from ..paradigms import make_paradigm
 from ..paradigms.base import counted
-from ..training.data import dataset_label, load_dataset
+from ..training.data import load_dataset
 from ..training.models import build_model, check_model, model_label
 from .context import Context, Level, Plan, Services
 from .layout import Layout
 from .levels import two_levels
-from .rendezvous import SetupTimeout
+from .wait import SetupTimeout
 from .roles import start_role
 from .transport import LevelSpec, Transport
 from .worker import Worker
@@ -32,24 +29,6 @@ from .worker import Worker
 class TrainingFailed(Exception):
     """The run ended without training (every push rejected); under MPI every
     rank raises it with the same one-line message after a clean end."""
-
-
-def default_run_dir(config: Config) -> str:
-    return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S") + f"-{config.paradigm}")
-
-
-def own_run_dir(run_dir: str) -> RunDirLock:
-    """The run directory exists, takes files (an existing one may not: /proc)
-    and is this job's alone (mpips/io/rundir.py)."""
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-        probe = os.path.join(run_dir, f".mpips-probe-{os.getpid()}")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-        return RunDirLock(run_dir)
-    except OSError as e:
-        raise ConfigError("run_dir", run_dir, f"cannot write there ({e.strerror})") from None
 
 
 def _check_epoch_size(config: Config, paradigm, samples: int) -> None:
@@ -99,18 +78,10 @@ def prepare(config: Config, layout, *, model=None, dataset=None):
 
 def make_plan(config: Config, layout: Layout, paradigm, samples: int, ipe: float, num_params: int,
               loss_fn=None) -> Plan:
-    """The run's plan: its length from `sized`, and that length in epochs."""
-    iterations, ipe, total_samples = sized(config, paradigm, samples, ipe)
-    epochs = (total_samples / (ipe * paradigm.round_samples()) if total_samples
-              else iterations / ipe)
-    return Plan(config, layout, config.run_dir, iterations, ipe, epochs, total_samples, num_params, loss_fn)
-
-
-def sized(config: Config, paradigm, samples: int, ipe: float) -> tuple[int, float, int]:
-    """The run's length: (iterations, iterations per epoch, total samples).
-    A global budget is E passes over the training set by everyone
-    (mpips/runtime/budget.py); `iterations` then counts rounds of every worker's
-    batch, the unit in which paradigms count rounds and servers epochs."""
+    """The run's plan, sized: a global budget is E passes over the training
+    set by everyone (mpips/runtime/budget.py); `iterations` then counts
+    rounds of every worker's batch, the unit in which paradigms count rounds
+    and servers epochs."""
     total_samples = 0
     if config.budget == "global":
         round_samples = counted(config.paradigm, paradigm.round_samples)
@@ -120,23 +91,9 @@ def sized(config: Config, paradigm, samples: int, ipe: float) -> tuple[int, floa
         iterations = int(np.ceil(total_samples / round_samples))
     else:
         iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
-    return iterations, ipe, total_samples
-
-
-def workload(config: Config, data, model=None, built=None) -> dict:
-    """What the run trains, by name: the configuration's model and dataset,
-    or a user's, named by what they are: an object of mpips.train's `model`
-    by its name and the module it built; `data` (data.Dataset), when not a
-    built-in one, by its name (`package.module:function`, or `user` for
-    mpips.train's `dataset`), sizes and shapes (run.h5's layout; RunLog.model,
-    RunLog.dataset)."""
-    name = config.model
-    if model is not None:
-        name = model_label(model)
-        if built is not None and type(built).__name__ not in name:
-            name += f" ({type(built).__name__})"
-    builtin = data.name == config.dataset and ":" not in config.dataset
-    return {"model": name, "dataset": config.dataset if builtin else dataset_label(data)}
+    epochs = total_samples / (ipe * paradigm.round_samples()) if total_samples else iterations / ipe
+    return Plan(config, layout, config.run_dir, iterations, ipe, epochs, total_samples, num_params,
+                config.compressor != "none", loss_fn)
 
 
 def announce(plan: Plan, segment: int, versions: dict, trains: dict, *, run_id: str, **more) -> None:

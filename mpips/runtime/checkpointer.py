@@ -76,34 +76,6 @@ class DiskFullAtCheckpoint(Exception):
     from that rank: mpips/runtime/job.py.)"""
 
 
-class PreemptionSignal:
-    """Whether SIGUSR1 came, on this rank, since the process started
-    (mpips/runtime/preemption.py keeps the flag); `uninstall` puts back the handler
-    that was there before, where this one installed its own."""
-
-    def __init__(self):
-        self._previous = None
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGUSR1) is not preemption._handle):
-            self._previous = signal.signal(signal.SIGUSR1, preemption._handle)
-
-    @property
-    def received(self) -> bool:
-        return preemption.received()
-
-    @received.setter
-    def received(self, value: bool) -> None:
-        if value:
-            preemption._handle(signal.SIGUSR1, None)
-        else:
-            preemption.clear()
-
-    def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGUSR1, self._previous)
-            self._previous = None
-
-
 class Checkpointer:
     """One rank's part in checkpoints: the stop protocol, saving, restoring.
 
@@ -117,7 +89,11 @@ class Checkpointer:
         self.run_dir = run_dir
         self.config = config
         self.identity = ident
-        self.signal = PreemptionSignal()
+        # SIGUSR1 sets preemption's flag (unless `python -m mpips` made it so); `close` puts back the handler before
+        self._previous = None
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGUSR1) is not preemption._handle):
+            self._previous = signal.signal(signal.SIGUSR1, preemption._handle)
         self.resumed, self.path, self.segment = comm.bcast(
             (found.meta, found.path, found.segment) if found else (None, None, 0))
         self.state = decode(*comm.scatter(found.ranks if found else None)) if self.resumed else None
@@ -133,7 +109,9 @@ class Checkpointer:
             clear_checkpoints(run_dir)
 
     def close(self) -> None:
-        self.signal.uninstall()
+        if self._previous is not None:
+            signal.signal(signal.SIGUSR1, self._previous)
+            self._previous = None
 
     # start -------------------------------------------------------------------------
     def begin(self, ctx) -> None:
@@ -141,7 +119,11 @@ class Checkpointer:
         if ctx.rank != 0:
             return
         m = self.resumed or {}
-        segment_event(ctx, self.segment, self.path, self.handled, m, self.elapsed)
+        ctx.log.event(self.elapsed, "segment", segment=self.segment, resumed_from=self.path,
+                      checkpoint=self.handled, step=m.get("step", 0), time=self.elapsed,
+                      clocks=m.get("clocks", [0] * ctx.layout.workers),
+                      server_steps=m.get("server_steps", [0] * ctx.layout.servers))
+        ctx.log.flush()
         if self.resumed:
             print(f"mpips: resuming from {self.path}: segment {self.segment}, step {m['step']}, "
                   f"{self.elapsed:.1f} s of training done", flush=True)
@@ -168,7 +150,7 @@ class Checkpointer:
         """Server 0, at every loop: ask for a checkpoint when one is due."""
         if ctx.rank != 0:
             return   # GSSP's group servers are server 0 of their group's table: they `relay`
-        if self.signal.received and not self.exiting:
+        if preemption.received() and not self.exiting:
             reason = "preemption"
         elif self.config.checkpoint_every and ctx.now() >= self.next_due:
             reason = "periodic"
@@ -263,7 +245,7 @@ class Checkpointer:
             return
         path, status = self._save(group or ctx, n, role_state(), exiting=exiting)
         if exiting:
-            self.signal.received = False   # dealt with
+            preemption.clear()   # dealt with
             raise Preempted(f"preempted after checkpoint {n} ({path})", status)
 
     def _save(self, ctx, n: int, role_state: dict, *, exiting: bool) -> tuple[str | None, int]:
@@ -332,44 +314,25 @@ class Checkpointer:
                 **self.meta_extra}
 
 
-def segment_event(ctx, segment: int, path: str | None, checkpoint: int, meta: dict, elapsed: float) -> None:
-    """The event that starts a segment of the run log (RunLog's cut); `meta`:
-    the checkpoint's it resumes from."""
-    ctx.log.event(elapsed, "segment", segment=segment, resumed_from=path, checkpoint=checkpoint,
-                  step=meta.get("step", 0), time=elapsed, clocks=meta.get("clocks", [0] * ctx.layout.workers),
-                  server_steps=meta.get("server_steps", [0] * ctx.layout.servers))
-    ctx.log.flush()
-
-
 class NoCheckpoints:
     """The checkpoint protocol (`Checkpointer`'s verbs) of a job that takes
     none (`mpips simulate`: one process, minutes long, nothing to
     preempt): it never asks for one, so every wait is a plain wait and
     nothing is collective."""
 
-    resumed, path, segment, state, elapsed = None, None, 0, None, 0.0
+    resumed, path, segment, state, handled, elapsed = None, None, 0, None, 0, 0.0
+    begin = Checkpointer.begin   # the log's first segment
 
     def __init__(self):
         self.meta_extra: dict = {}
 
-    def begin(self, ctx) -> None:
-        if ctx.rank == 0:
-            segment_event(ctx, 0, None, 0, {}, 0.0)
+    def _nothing(self, *args) -> None:
+        """Nothing to restore, to ask for, to relay or to close."""
 
-    def restore(self, ctx, role) -> None:
-        pass
-
-    def maybe_request(self, ctx, view) -> None:
-        pass
-
-    def relay(self, up, group) -> None:
-        pass
+    restore = maybe_request = relay = close = _nothing
 
     def clients_stopped(self, table, snap) -> bool:
         return False
 
     def wait(self, ctx, ready, *, what: str, describe, stop) -> float:
         return ctx.wait(ready, what=what, describe=describe)   # nothing to stop for
-
-    def close(self) -> None:
-        pass

@@ -30,12 +30,8 @@ class Plan:
     epochs: float                # the run's length in epochs (a cosine schedule's end)
     total_samples: int           # the global budget (budget.py); 0 under a per-worker one
     num_params: int
+    sparse: bool                 # clients push top-k (a store then zeroes a slot once taken)
     loss_fn: Callable | None = None   # a user's loss(output, target) (mpips.train); None: cross-entropy
-
-    @property
-    def sparse(self) -> bool:
-        """Whether clients push top-k (a store then zeroes a slot once taken)."""
-        return self.config.compressor != "none"
 
 
 @dataclass(frozen=True)

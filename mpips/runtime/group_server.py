@@ -8,9 +8,8 @@ applied when it arrives, with the configured optimizer. Every k pushes
 last push, it exchanges with the global servers and waits for nothing:
 
 - it pushes its progress since the last exchange (`GroupDelta`, GDTopK-
-  compressed when configured) as the gradient -delta; the global servers'
-  optimizer is SGD with learning rate 1 and nothing else, so whenever it
-  arrives the global parameters move by +delta;
+  compressed when configured) as the gradient -delta, which the global
+  servers' rule `Sum` adds whenever it arrives (levels.py);
 - it pushes into its own slot on the global servers, which holds one delta:
   it first waits until they took the previous one (they apply whatever
   arrived, so this is short), and then, with every earlier delta applied,

@@ -2,18 +2,14 @@
 
 World = S global servers + G group servers + W workers (mpips/runtime/layout.py).
 
-Global level: the one every job has (assemble.run), whose control table
-has one row per group server. The global servers run the ordinary `Server`
-loop with the update rule `Sum` (optim.py), so a group server's pushed
--delta moves the parameters by +delta, and `server_ready` applies whatever
-arrived: no group ever waits for another.
-
-Group level, one per group, from the transport: its group server and its
-workers, a parameter store whose one server is the group server (a full
-copy of the parameters) and a control table with a row per worker of the job,
-in which other groups' workers read as done so that they never gate (the
-paradigm's SSP gate then bounds clocks inside the group). Workers run
-unchanged against these windows; mpips/runtime/group_server.py is the group server.
+Global level: the one every job has (assemble.run), a row per group server
+in its table; its servers' rule is `Sum` (optim.py), so a group server's
+pushed -delta moves the parameters by +delta whenever it lands, and no group
+ever waits for another. Group level, one per group: its group server
+(group_server.py, a full copy of the parameters) and its workers, which run
+unchanged; the table has a row per worker of the job, other groups' read as
+done so that they never gate (the paradigm's SSP gate bounds clocks inside
+the group).
 
 Grouping: every worker times `profile_iterations` forward/backward passes on
 its shard, with its emulated slowdown; every rank gathers the times and

@@ -117,7 +117,6 @@ class LocalParameterStore(SlotRows):
         self._shared, self._scheduler, self._link = shared, scheduler, link
         super().__init__(shared.rows)
         self.n, self.bounds = shared.n, shared.bounds
-        self.server_ranks = list(range(len(shared.bounds)))
         self.world_server_ranks = list(world_server_ranks)
         self.sparse = sparse
         self.shard_index = server
@@ -172,9 +171,6 @@ class LocalParameterStore(SlotRows):
     def publish(self) -> None:
         self._scheduler.changed(self._source)
 
-    def free(self) -> None:
-        pass
-
 
 class SharedTable:
     """The array behind the handles of one control table. A read hands out
@@ -226,7 +222,7 @@ class LocalControlTable(TableLayout):
 
     def read(self) -> np.ndarray:
         self._scheduler.read(self._source)
-        self._snap = snap = self._table.snapshot()
+        self.latest = snap = self._table.snapshot()
         return snap
 
     def read_cells(self, offsets: list[int]) -> np.ndarray:
@@ -289,9 +285,6 @@ class LocalControlTable(TableLayout):
             workers = (furthest_behind(view.applied, view.clocks, among),)
         self._scheduler.depends_on(self._source, view.cells(workers))
 
-    def free(self) -> None:
-        pass
-
 
 class LocalTransport:
     """transport.Transport of every rank of `layout` as tasks of one
@@ -300,7 +293,7 @@ class LocalTransport:
     def __init__(self, layout, network: Network):
         self.layout, self.network = layout, network
         self.scheduler = Scheduler()
-        self.clock = self.scheduler.clock
+        self.clock = self.scheduler
         self.ranks = list(range(layout.size))
 
     def level(self, specs, *, n: int, sparse: bool) -> dict:
@@ -336,6 +329,3 @@ class LocalTransport:
 
     def total(self, counts: np.ndarray) -> np.ndarray:
         return counts
-
-    def close(self) -> None:
-        pass

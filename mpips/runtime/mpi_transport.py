@@ -20,10 +20,11 @@ import numpy as np
 from mpi4py import MPI
 
 from .clock import WallClock
-from .rendezvous import allgather_within
 from .state import SlotRows, TableLayout, shard_bounds, sum_slots
 from .transport import LevelSpec
+from .wait import SetupTimeout, StallError, wait_until
 
+_UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)
 _INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
 
 
@@ -40,6 +41,70 @@ def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarr
     return win, mem
 
 
+
+
+def allgather_within(comm, value, *, what: str, warn: float, timeout: float, name=str) -> list:
+    """Every rank's `value`, in rank order, on every rank; SetupTimeout naming
+    the ranks that did not arrive within `timeout` seconds (`name(rank)`: how
+    to call one).
+
+    Before the run, ranks exchange what each found (a bad input, the shapes
+    of its model and data). A blocking `allgather` there waits forever for a
+    rank that is stuck in a user's model factory, stopped, or gone its own
+    way after an error only it saw. This one gathers at rank 0 by
+    point-to-point messages, polled with backoff (wait.py), so rank 0 knows
+    which ranks have not arrived and names them after `timeout` seconds;
+    every other rank waits for rank 0's answer the same way, longer (so that
+    rank 0 names the missing rank first, unless it is the one stuck). A
+    SetupTimeout ends the job (an abort: the missing rank cannot take part
+    in an orderly exit)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size == 1:
+        return [value]
+    if rank == 0:
+        got = {0: value}
+
+        def arrived():
+            for r in range(1, size):
+                if r not in got:
+                    message = comm.improbe(source=r, tag=_UP)
+                    if message is not None:
+                        got[r] = message.recv()
+            return len(got) == size
+
+        def missing():
+            return [r for r in range(size) if r not in got]
+
+        def named():
+            return "rank(s) " + ", ".join(name(r) for r in missing())
+
+        try:
+            wait_until(arrived, what=what, describe=named, warn=warn, timeout=timeout)
+        except StallError:
+            raise SetupTimeout(f"{what}: {named()} did not arrive within {timeout:g}s "
+                               f"(stall_timeout): stuck, stopped or gone", missing()) from None
+        everyone = [got[r] for r in range(size)]
+        for request in [comm.isend(everyone, dest=r, tag=_DOWN) for r in range(1, size)]:
+            request.wait()   # every rank arrived: each is waiting for this
+        return everyone
+    sent = comm.isend(value, dest=0, tag=_UP)
+    answer = []
+
+    def answered():
+        message = comm.improbe(source=0, tag=_DOWN)
+        if message is not None:
+            answer.append(message.recv())
+        return bool(answer)
+
+    # Rank 0 names the ranks it misses first; the others speak only if rank 0 itself is stuck.
+    patience = 2 * timeout + 10
+    try:
+        wait_until(answered, what=f"rank {rank}: {what}", describe=lambda: "rank 0", warn=patience, timeout=patience)
+    except StallError:
+        raise SetupTimeout(f"rank {rank}: {what}: rank 0 did not answer within {patience:g}s "
+                           f"(twice the stall_timeout and 10s)") from None
+    sent.wait()
+    return answer[0]
 
 
 class ParameterWindows(SlotRows):
@@ -82,8 +147,8 @@ class ParameterWindows(SlotRows):
         mine = self.server_ranks.index(rank) if rank in self.server_ranks else None
         count = self.bounds[mine][1] - self.bounds[mine][0] if mine is not None else 0
         self.count = count
-        slots = len(self.rows) if mine is not None else 0
         self.shard_index = mine
+        slots = len(self.rows) if mine is not None else 0
         self._param_win, self.shard = _allocate(comm, count, np.float32)
         self._grad_win, grad_mem = _allocate(comm, slots * count, np.float32)
         self._slots = grad_mem.reshape(slots, count)
@@ -146,17 +211,8 @@ class ParameterWindows(SlotRows):
 
     # server side ------------------------------------------------------------
     def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
-        """Sum into `out` the pushes counted in `clocks` and not in `consumed`
-        (per row of the control table), in the order of their keys, then
-        rows; returns how many.
-
-        A row's slot holds its latest push, numbered with the clock that
-        counts it (a worker's clock counts pushes; a GSSP group server's
-        counts the worker pushes a delta carries). A counted push whose slot
-        does not hold its number was never written (rejected, NaN/Inf) and
-        adds nothing. Called with the clocks read after the pushes were
-        flushed (a client ticks after pushing).
-        """
+        """state.sum_slots of this server's slots; called with the clocks
+        read after the pushes were flushed (a client ticks after pushing)."""
         if not self.count:
             return 0
         self._head_win.Sync()
@@ -215,9 +271,9 @@ class ControlWindow(TableLayout):
 
     def read(self) -> np.ndarray:
         """One consistent-enough copy of the whole table (each slot atomic)."""
-        self._win.Get([self._snap, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
+        self._win.Get([self.latest, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
         self._win.Flush(self.home)
-        return self._snap.copy()
+        return self.latest.copy()
 
     def is_home(self) -> bool:
         return self.comm.Get_rank() == self.home
@@ -246,15 +302,23 @@ class ControlWindow(TableLayout):
         self._win.Free()
 
 
-class Collectives:
-    """transport.Collectives over `comm`."""
+class MPITransport:
+    """transport.Transport and transport.Collectives of this rank of `comm`
+    (COMM_WORLD by default); a wait of a collective warns after `warn`
+    seconds and fails after `timeout` (the configuration's stall_*)."""
 
-    def __init__(self, comm: MPI.Intracomm):
-        self.comm = comm
-        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+    def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float):
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.ranks = [self.rank]
+        self.clock = WallClock()
+        self.warn, self.timeout = warn, timeout
+        self._made: list = []        # windows and communicators, freed by close()
+        # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
+        self._failures = ControlWindow(self.comm, 0, 0, 0)
 
-    def allgather(self, value, *, what: str, warn: float, timeout: float, name=str) -> list:
-        return allgather_within(self.comm, value, what=what, warn=warn, timeout=timeout, name=name)
+    def allgather(self, value, *, what: str, name=str) -> list:
+        return allgather_within(self.comm, value, what=what, warn=self.warn, timeout=self.timeout, name=name)
 
     def bcast(self, value, root: int = 0):
         return self.comm.bcast(value, root=root)
@@ -268,20 +332,6 @@ class Collectives:
     def barrier(self, wait) -> None:
         wait(self.comm.Ibarrier().Test)
 
-
-class MPITransport:
-    """transport.Transport of this rank of `comm` (COMM_WORLD by default)."""
-
-    def __init__(self, comm: MPI.Intracomm | None = None):
-        self.comm = MPI.COMM_WORLD if comm is None else comm
-        self.collectives = Collectives(self.comm)
-        self.ranks = [self.collectives.rank]
-        self.clock = WallClock()
-        self.stall = (60.0, 600.0)   # (warn, timeout) of its own waits; set_up's
-        self._made: list = []        # windows and communicators, freed by close()
-        # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
-        self._failures = ControlWindow(self.comm, 0, 0, 0)
-
     @staticmethod
     def library() -> str:
         return MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip()
@@ -294,9 +344,9 @@ class MPITransport:
         return values, mine
 
     def level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict:
-        rank = self.collectives.rank
+        rank = self.rank
         mine = [k for k, spec in enumerate(specs) if rank in spec.members]
-        if len(specs) == 1 and len(specs[0].members) == self.collectives.size:
+        if len(specs) == 1 and len(specs[0].members) == self.size:
             comm = self.comm      # the global level: every rank
         else:   # one communicator per level, its servers first
             comm = self.comm.Split(mine[0] if mine else MPI.UNDEFINED,
@@ -313,25 +363,19 @@ class MPITransport:
         return {rank: (store, table)}
 
     def each(self, work: dict) -> np.ndarray:
-        mine = np.array([work[self.ranks[0]]() if work else np.nan])
-        everyone = np.empty(self.collectives.size)
-        request = self.comm.Iallgather([mine, MPI.DOUBLE], [everyone, MPI.DOUBLE])
-        self.clock.wait_until(request.Test, what="gathering every rank's result before the start",
-                              describe=lambda: "the ranks still working", warn=self.stall[0],
-                              timeout=self.stall[1])
-        return everyone
+        mine = work[self.rank]() if work else np.nan
+        return np.array(self.allgather(mine, what="set-up (every rank's work before the start)"))
 
     def run(self, bodies: dict, elapsed: float, name=str) -> dict:
         """The body between the start barrier and the end one (every rank
         reaches the end, or those that do not are named within the stall
-        timeout: rendezvous.SetupTimeout)."""
+        timeout: wait.SetupTimeout)."""
         (rank, body), = bodies.items()
         self.comm.Barrier()  # parameters in place and every role ready: the clock starts
         # (a resumed job's clock goes on from the checkpoint's training time)
         self.clock.origin = self.comm.bcast(time.time() - elapsed if rank == 0 else None)
         result = body()
-        self.collectives.allgather(None, what="the end of the run", warn=self.stall[0],
-                                   timeout=self.stall[1], name=name)
+        self.allgather(None, what="the end of the run", name=name)
         return {rank: result}
 
     def total(self, counts: np.ndarray) -> np.ndarray:
@@ -341,9 +385,6 @@ class MPITransport:
         """Whether no rank asked before (a fetch-and-add): of ranks that fail
         at once (a full disk), one says why."""
         return self._failures.add(0, 1) == 0
-
-    def abort(self, status: int) -> None:
-        self.comm.Abort(status)
 
     def close(self) -> None:
         """Free the levels' windows and communicators, the last made first."""

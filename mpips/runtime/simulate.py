@@ -22,10 +22,10 @@ import torch
 
 from ..config import Config, ConfigError
 from ..io.log import RankLog, rank_file
-from ..io.rundir import claim, new_run_id
+from ..io.rundir import claim, default_run_dir, new_run_id, own_run_dir
 from ..training.flatmodel import FlatModel
-from .assemble import (TrainingFailed, announce, default_run_dir, judge_training, make_plan, own_run_dir, prepare, run,
-                       versions, workload)
+from ..training.models import workload
+from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, run, versions
 from .checkpointer import NoCheckpoints
 from .layout import make_layout, ranks_for
 from .local_transport import LocalTransport, Network

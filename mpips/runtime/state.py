@@ -41,9 +41,12 @@ def sum_slots(out: np.ndarray, slots: np.ndarray, heads: np.ndarray, slot_of: di
               clocks, consumed, *, sparse: bool) -> int:
     """Sum into `out` the pushes counted in `clocks` and not in `consumed`
     (per row of the control table), in the order of their keys, then rows;
-    returns how many (see ParameterStore.take_gradient). `slots`, `heads`:
-    one server's gradient slots and their (push number, order key);
-    `slot_of`: row -> slot. Sparse slots are zeroed once taken."""
+    returns how many. `slots`, `heads`: one server's gradient slots and
+    their (push number, order key); `slot_of`: row -> slot. A slot holds
+    its row's latest push, numbered with the clock that counts it (a GSSP
+    group server's clock counts the worker pushes a delta carries): a
+    counted push whose slot does not hold its number was never written
+    (rejected: NaN/Inf). Sparse slots are zeroed once taken."""
     written = []
     for row in np.flatnonzero(np.asarray(clocks) > np.asarray(consumed)):
         k = slot_of[int(row)]
@@ -142,12 +145,7 @@ class TableLayout:
         self.workers = workers
         self.servers = servers
         self.size = _NG + workers * _NW + servers * (_NS + workers)
-        self._snap = np.zeros(self.size)
-
-    @property
-    def latest(self) -> np.ndarray:
-        """The table as of the last `read()` (no copy, no communication)."""
-        return self._snap
+        self.latest = np.zeros(self.size)   # the table as of the last `read()` (no copy, no communication)
 
     def worker_offset(self, worker: int, col: int = 0) -> int:
         return _NG + worker * _NW + col
@@ -199,10 +197,6 @@ def field(*, cells):
     or PER_WORKER. Declared with the field, so that the simulator's wake-ups
     (`TableView.cells`) know every cell a gate's answer may rest on."""
     return lambda compute: _Field(compute, cells)
-
-
-def _global(*slots):
-    return lambda table: list(slots)
 
 
 def _of_servers(col: int):
@@ -314,11 +308,11 @@ class TableView(ClusterView):
         t = self._w[:, W.ITER_TIME]
         return np.where(t > 0, t, np.nan)
 
-    @field(cells=_global(SLOT_MODE))
+    @field(cells=lambda table: [SLOT_MODE])
     def mode(self) -> int:
         return int(self._snap[SLOT_MODE])
 
-    @field(cells=_global(SLOT_MODE_CLOCK))
+    @field(cells=lambda table: [SLOT_MODE_CLOCK])
     def mode_clock(self) -> int:
         return int(self._snap[SLOT_MODE_CLOCK])
 
@@ -326,17 +320,13 @@ class TableView(ClusterView):
     def extras(self) -> np.ndarray:
         return self._w[:, W.EXTRA0:W.EXTRA3 + 1].copy()
 
-    @field(cells=_global(int(G.EXTRA0), int(G.EXTRA1)))
+    @field(cells=lambda table: [int(G.EXTRA0), int(G.EXTRA1)])
     def slots(self) -> tuple[float, float]:
         return float(self._snap[G.EXTRA0]), float(self._snap[G.EXTRA1])
 
     @property
     def num_workers(self) -> int:
         return self._table.workers
-
-    @property
-    def table(self) -> TableLayout:
-        return self._table
 
     def cells(self, workers) -> list[int]:
         """The cells of the table whose change can make a gate that read this

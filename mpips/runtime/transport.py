@@ -1,9 +1,9 @@
 """What the roles use of a transport, as protocols (after clock.Clock).
 
 Two transports implement them, each in one module: MPI one-sided windows
-(mpi_transport.py, the only module that imports mpi4py) and in-process
-arrays under the virtual-time scheduler (local_transport.py). The roles and
-the assembler (assemble.py) see only these verbs.
+(mpi_transport.py, the one module that imports mpi4py) and in-process arrays
+under the virtual-time scheduler (local_transport.py). The roles and the
+assembler (assemble.py) see only these verbs.
 """
 from __future__ import annotations
 
@@ -38,20 +38,18 @@ class ParameterStore(Protocol):
 
     def publish(self) -> None: ...
 
-    def pending(self) -> dict: ...    # a checkpoint's copy of the slots
+    # a checkpoint's copy of the slots (only MPI jobs take checkpoints)
+    def pending(self) -> dict: ...
 
     def restore_pending(self, state: dict) -> None: ...
 
-    def free(self) -> None: ...
-
 
 class ControlTable(Protocol):
-    """A level's table of counters (state.TableLayout's offsets and views,
-    plus these verbs)."""
+    """A level's table of counters: these verbs, with state.TableLayout's
+    offsets and views (worker_offset, server_rows, view, ...)."""
 
     workers: int
     servers: int
-    latest: np.ndarray                # as of the last read()
 
     def read(self) -> np.ndarray: ...
 
@@ -64,30 +62,18 @@ class ControlTable(Protocol):
     def is_home(self) -> bool: ...    # the table's memory is on this rank
 
     def gate_answered(self, view: TableView, gate) -> None:
-        """A gate that read `view` did not pass (the simulator then re-checks
-        it only when what it waits for changes; MPI polls: nothing)."""
-
-    def worker_offset(self, worker: int, col: int = 0) -> int: ...
-
-    def server_offset(self, server: int, col: int = 0) -> int: ...
-
-    def worker_rows(self, snap: np.ndarray) -> np.ndarray: ...
-
-    def server_rows(self, snap: np.ndarray) -> np.ndarray: ...
-
-    def view(self, snap: np.ndarray, now: float) -> TableView: ...
-
-    def free(self) -> None: ...
+        """A gate that read `view` did not pass (the simulator then checks it
+        again only once what it waits for changed; MPI polls: nothing)."""
 
 
 class Collectives(Protocol):
-    """What set-up, checkpoints and the end of a run exchange between ranks;
-    every wait is bounded by the stall timeout (rendezvous.py)."""
+    """What set-up and checkpoints exchange between the ranks of an MPI job,
+    each wait bounded by the stall timeout (mpi_transport.allgather_within)."""
 
     rank: int
     size: int
 
-    def allgather(self, value, *, what: str, warn: float, timeout: float, name=str) -> list: ...
+    def allgather(self, value, *, what: str, name=str) -> list: ...
 
     def bcast(self, value, root: int = 0): ...
 
@@ -100,9 +86,9 @@ class Collectives(Protocol):
 
 @dataclass(frozen=True)
 class LevelSpec:
-    """One level of servers: the world ranks holding a handle on it (its
-    servers first), its servers, the rows of its table and the rows that
-    push into its store. `level`: 0 the global servers, 1 a group's."""
+    """One level of servers: the world ranks with a handle on it (its servers
+    first), its servers, the rows of its table and the rows that push into
+    its store. `level`: 0 the global servers, 1 a group's."""
 
     members: tuple[int, ...]
     servers: tuple[int, ...]
@@ -112,25 +98,23 @@ class LevelSpec:
 
 
 class Transport(Protocol):
-    """Makes the levels' stores and tables and runs the role bodies: MPI
-    this rank's, the simulator every rank's under its scheduler."""
+    """Makes the levels and runs the role bodies: MPI this rank's, the
+    simulator every rank's under its scheduler."""
 
     ranks: list[int]           # the world ranks this process runs
     clock: Clock
 
     def level(self, specs: list[LevelSpec], *, n: int,
               sparse: bool) -> dict[int, tuple[ParameterStore, ControlTable]]:
-        """Collective: for each rank of `ranks` that is a member of one of
-        the (disjoint) `specs`, its (store, table) of `n` parameters."""
+        """Collective: (store, table) of `n` parameters for each of `ranks`
+        that is a member of one of the (disjoint) `specs`."""
 
     def each(self, work: dict[int, Callable[[], float]]) -> np.ndarray:
-        """Run each of this process's ranks' `work` (before the clock
-        starts); every world rank's result, nan where it had none."""
+        """Run this process's ranks' `work` before the clock starts; every
+        world rank's result, nan where it had none."""
 
     def run(self, bodies: dict[int, Callable], elapsed: float, name=str) -> dict:
-        """Start the clock (at `elapsed`: a resumed run's) and run the bodies
-        to the end; their results by rank. `name(rank)`: a rank in messages."""
+        """Start the clock (at `elapsed`: a resumed run's), run the bodies to
+        the end; their results by rank. `name(rank)`: a rank in messages."""
 
     def total(self, counts: np.ndarray) -> np.ndarray: ...   # summed over the world
-
-    def close(self) -> None: ...   # free what `level` made

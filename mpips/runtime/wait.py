@@ -77,3 +77,14 @@ def wait_until(ready: Callable[[], bool], *, what: str, describe: Callable[[], s
         if waited > warn and waited - warned_at > warn:
             warned_at = waited
             print(f"{prefix}: {what}: waiting {waited:.0f}s for {describe()}", file=sys.stderr, flush=True)
+
+
+class SetupTimeout(RuntimeError):
+    """A rank did not arrive at an exchange; `str()` is one line naming it
+    (`missing`: the ranks, as rank 0 saw them; empty on the other ranks).
+    `status`: the job's exit status (2 in set-up: nothing ran; 1 at the end)."""
+
+    def __init__(self, message: str, missing: list[int] | None = None, status: int = 2):
+        super().__init__(message)
+        self.missing = missing or []
+        self.status = status

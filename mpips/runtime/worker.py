@@ -49,6 +49,7 @@ class Worker:
         ctx.log.flush()
 
     def _gate(self):
+        """Wait at the gate; (seconds waited, the view it passed on)."""
         ctx, i = self.ctx, self.i
         last = {}
 
@@ -65,7 +66,11 @@ class Worker:
 
         waited = ctx.checkpointer.wait(ctx, ready, what=f"gate at clock {self.clock}",
                                        describe=describe, stop=self.stop_for_checkpoint)
-        return waited, last["view"], last["gate"]
+        self.wait_total += waited
+        event = last["gate"].event
+        if event:
+            ctx.log.event(ctx.now(), event.pop("kind", "gate"), worker=i, clock=self.clock, **event)
+        return waited, last["view"]
 
     def stop_for_checkpoint(self) -> None:
         """At a gate, or done: take the checkpoint every rank stops for (mpips/runtime/checkpointer.py)."""
@@ -93,7 +98,7 @@ class Worker:
         send, tick, record."""
         ctx, clock = self.ctx, self.ctx.clock
         start = ctx.now()
-        waited, view = self._pass_gate()
+        waited, view = self._gate()
         batch = self.data.take(counted(ctx.config.paradigm, ctx.paradigm.batch_size, self.i, view))
         if batch is None:   # the budget is spent: done, without a push
             self.done = True
@@ -102,10 +107,10 @@ class Worker:
         t = clock.perf_counter()
         read_updates, read_path = self._pull(view)
         pull_time = clock.perf_counter() - t
-        loss, compute, slept, overrun = self.compute(it, batch)
+        loss, compute, slept, overrun = self.emulated_compute(it, batch)
         t = clock.perf_counter()
         at_push, decision = self._decide(batch, read_updates, read_path)
-        sent = self._send_scaled(it, batch, view, at_push, decision.scale)
+        sent = self._send(it, batch, view, at_push, decision.scale)
         push_time = clock.perf_counter() - t
         self._tick(batch, pull_time + compute + push_time, compute)
         ctx.log.row("iterations", worker=self.i, iteration=it, clock=self.clock - 1,
@@ -117,15 +122,6 @@ class Worker:
                     bytes_sent=sent or 0, bytes_dense=self.dense_bytes, loss=loss, rejected=int(sent is None),
                     sample=batch.start, overrun=int(overrun), h2d=self.h2d, d2h=self.d2h)
 
-    def _pass_gate(self):
-        """Wait at the gate; (seconds waited, the view it passed on)."""
-        ctx = self.ctx
-        waited, view, gate = self._gate()
-        self.wait_total += waited
-        if gate.event:
-            ctx.log.event(ctx.now(), gate.event.pop("kind", "gate"), worker=self.i, clock=self.clock, **gate.event)
-        return waited, view
-
     def _pull(self, view) -> tuple[int, float]:
         """The parameters (to the GPU in compute_gradient); the updates and
         path length counted before the pull, which it holds at least."""
@@ -134,13 +130,6 @@ class Worker:
         if ctx.paradigm.wants_exact_distance:
             self._read = flat.host_params.copy()
         return view.updates, view.path_length
-
-    def compute(self, it: int, batch) -> tuple[float, float, float, bool]:
-        """The gradient of `batch` at the pulled parameters, in its emulated time."""
-        ctx = self.ctx
-        for s in self.slowdown.starting(it):
-            ctx.log.event(ctx.now(), "straggler", worker=self.i, iteration=it, iterations=s.length, factor=s.factor)
-        return self.emulated_compute(it, batch)
 
     def _decide(self, batch, read_updates: int, read_path: float):
         """The paradigm's decision for this push; (the view it saw, the decision)."""
@@ -153,9 +142,10 @@ class Worker:
         return at_push, ctx.paradigm.push(self.i, at_push, batch_size=batch.size, read_updates=read_updates,
                                           read_path_length=read_path, distance=distance)
 
-    def _send_scaled(self, it: int, batch, view, at_push, scale: float) -> int | None:
-        """The gradient scaled and sent; its payload's bytes, or None where
-        it held a NaN or an Inf and was rejected (never sent)."""
+    def _send(self, it: int, batch, view, at_push, scale: float) -> int | None:
+        """The gradient scaled and pushed, compressed, into this worker's
+        slot on the servers once they took its earlier pushes; its payload's
+        bytes, or None where it held a NaN or an Inf and was rejected (never sent)."""
         ctx, grad = self.ctx, self.flat.host_grads
         if scale != 1.0:
             grad *= scale
@@ -167,13 +157,25 @@ class Worker:
         ratio = ctx.paradigm.compression(self.i, at_push, epoch=batch.epoch)
         if ratio is not None:
             self.compressor.set_ratio(*ratio)
-        # The residual goes out in full at every epoch end and with the last push.
         # A gate that saw all of this worker's pushes applied (read-your-writes:
         # every built-in one) left its slot free: no read to check it again.
-        sent = self._send(grad, epoch_end=batch.flush, key=batch.start,
-                          slot_free=view.applied_to(self.i) >= self.clock)
+        if view.applied_to(self.i) < self.clock:
+            ctx.wait_for_slot(self.i, self.clock)
         self.samples += batch.size
-        return sent
+        # numbered with the clock that will count it; servers sum by where the
+        # batch starts in the global stream (-1 under a per-worker budget: by worker)
+        slot = {"row": self.i, "number": self.clock + 1, "key": batch.start}
+        payload = self.compressor.compress(grad)
+        if batch.flush and self.compressor.sparse:
+            # Error feedback: what top-k held back goes out in full at every
+            # epoch end and with the last push (a dense one holds nothing back).
+            payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
+            payload = payload + self.compressor.flush()
+        if isinstance(payload, np.ndarray):
+            ctx.store.push(payload, **slot)
+            return self.dense_bytes
+        ctx.store.push_sparse(payload.indices, payload.values, **slot)
+        return int(payload.nbytes)
 
     def _tick(self, batch, busy: float, compute: float) -> None:
         """Count the push and publish this worker's row."""
@@ -192,7 +194,9 @@ class Worker:
         out (mpips/training/emulation.py); returns (loss, seconds in all, of them slept,
         overrun: the real compute alone took longer than the model allows,
         so this iteration is not emulated faithfully)."""
-        clock = self.ctx.clock
+        ctx, clock = self.ctx, self.ctx.clock
+        for s in self.slowdown.starting(it):
+            ctx.log.event(ctx.now(), "straggler", worker=self.i, iteration=it, iterations=s.length, factor=s.factor)
         began = clock.perf_counter()
         loss_value, compute = self.compute_gradient(batch.x, batch.y)
         target = self.slowdown.target(it, batch.size, compute)
@@ -230,27 +234,6 @@ class Worker:
         if flat.device.type != "cpu":
             self.h2d, self.d2h = copied - t, end - computed
         return loss_value, end - t
-
-    def _send(self, grad: np.ndarray, *, epoch_end: bool, key: int = 0, slot_free: bool = False) -> int:
-        """Push `grad`, compressed if configured, into this worker's slot on
-        the servers, once they took its earlier pushes (known already when
-        `slot_free`); returns the payload bytes."""
-        ctx = self.ctx
-        if not slot_free:
-            ctx.wait_for_slot(self.i, self.clock)
-        # numbered with the clock that will count it; servers sum by where the
-        # batch starts in the global stream (-1 under a per-worker budget: by worker)
-        slot = {"row": self.i, "number": self.clock + 1, "key": key}
-        payload = self.compressor.compress(grad)
-        if epoch_end and self.compressor.sparse:   # (a dense one holds nothing back)
-            # Error feedback: what top-k held back is sent in full once per epoch.
-            payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
-            payload = payload + self.compressor.flush()
-        if isinstance(payload, np.ndarray):
-            ctx.store.push(payload, **slot)
-            return self.dense_bytes
-        ctx.store.push_sparse(payload.indices, payload.values, **slot)
-        return int(payload.nbytes)
 
     def _distance_moved(self) -> float:
         """||w_now - w_read||: one extra pull, for paradigms that ask for it."""
@@ -306,10 +289,10 @@ class FaultyWorker(Worker):
         self.fail_at = {it for w, it in parse_points(cfg.fail_at, "fail_at") if w == self.i}
         self.nan_at = {it for w, it in parse_points(cfg.nan_at, "nan_at") if w == self.i}
 
-    def compute(self, it: int, batch):
+    def emulated_compute(self, it: int, batch):
         if it in self.fail_at:
             raise RuntimeError(f"injected failure (fail_at) at worker {self.i} iteration {it}")
-        result = super().compute(it, batch)
+        result = super().emulated_compute(it, batch)
         if it in self.nan_at:
             self.flat.host_grads[0] = np.nan
         return result

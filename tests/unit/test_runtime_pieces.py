@@ -224,7 +224,7 @@ def test_a_log_from_before_the_copy_columns_reads_them_as_zero(tmp_path):
 def test_ranks_sharing_a_node_take_its_gpus_in_turn():
     """Servers (False) take none; workers and the evaluator (True) one each
     while there are enough, then round-robin."""
-    from mpips.runtime.job import gpu_index
+    from mpips.training.flatmodel import gpu_index
 
     node = [False, True, True, True, True, True]            # server, 4 workers, evaluator
     assert [gpu_index(node, r, 8) for r in range(1, 6)] == [0, 1, 2, 3, 4]

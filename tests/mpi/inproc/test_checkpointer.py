@@ -20,7 +20,7 @@ from mpips.config import Config
 from mpips.runtime.layout import Layout
 from mpips.runtime.wait import wait_until
 from mpips.runtime.state import G, S, W
-from mpips.runtime.mpi_transport import Collectives
+from mpips.runtime.mpi_transport import MPITransport
 from mpips.runtime.mpi_transport import ControlWindow as ControlTable
 
 IDENT = {"model": "none", "workers": 2}
@@ -47,7 +47,7 @@ def _setup():
         now=lambda: time.time() - t0,
         wait=lambda ready, what, describe: wait_until(ready, what=what, describe=describe,
                                                       warn=30, timeout=60))
-    return comm, ctx, Checkpointer(Collectives(comm), run_dir, Config(), IDENT, None), run_dir
+    return comm, ctx, Checkpointer(MPITransport(comm, warn=30, timeout=60), run_dir, Config(), IDENT, None), run_dir
 
 
 def _ack(ctx):
@@ -59,6 +59,7 @@ def _ack(ctx):
 def _teardown(comm, ctx, checkpointer, run_dir):
     comm.Barrier()
     checkpointer.close()
+    checkpointer.comm.close()
     ctx.table.free()
     if comm.Get_rank() == 0:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -287,7 +287,7 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     table = ControlTable(comm, 0, workers, 1)
     config = load(overrides={"stall_timeout": 1.0, "stall_warn": 100.0})   # the least allowed
     plan = Plan(config, Layout(1, 0, workers), run_dir="", iterations=1, iterations_per_epoch=1, epochs=1.0,
-                total_samples=0, num_params=N)
+                total_samples=0, num_params=N, sparse=False)
     level = Level(store, table, client_ranks=tuple(range(1, size)), server_ranks=(0,), epoch_pushes=workers)
     ctx = Context(plan, level, Services(None, WallClock(), None, table), None, rank,
                   "worker" if rank else "server", max(rank - 1, 0))
