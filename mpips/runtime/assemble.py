@@ -31,31 +31,6 @@ class TrainingFailed(Exception):
     rank raises it with the same one-line message after a clean end."""
 
 
-def _check_epoch_size(config: Config, paradigm, samples: int) -> None:
-    """A run sized in epochs of each worker's shard (budget per-worker) needs
-    an epoch of at least one round: a batch beyond a worker's shard would
-    make every "epoch" several passes."""
-    workers = paradigm.num_workers
-    if samples < workers:
-        raise ConfigError("workers", workers, f"more than the {samples} training samples of {config.dataset}")
-    if config.batch_size > samples:
-        # one batch beyond the training set: its claim would span passes (epoch 1.39 after one)
-        raise ConfigError("batch_size", config.batch_size,
-                          f"must be <= {samples}, the training samples of {config.dataset}")
-    total, field = counted(config.paradigm, paradigm.round_samples), paradigm.round_setting
-    if config.iterations or config.budget == "global":
-        return   # sized in iterations, or in samples of the whole set (mpips/runtime/budget.py): nothing to miscount
-    if total <= samples:
-        return
-    if total == workers * config.batch_size and field == "batch_size":
-        raise ConfigError("batch_size", config.batch_size,
-                          f"must be <= {samples // workers}, a worker's share of the {samples} "
-                          f"training samples (an epoch); or size the run with --iterations")
-    raise ConfigError(field, getattr(config, field),
-                      f"a round of {total} samples exceeds the {samples} training samples "
-                      f"(an epoch); use a smaller batch, or --iterations")
-
-
 def prepare(config: Config, layout, *, model=None, dataset=None):
     """Everything a rank would otherwise find bad only later, alone, in a
     worker or a server (where it can only abort the job), checked on every
@@ -71,7 +46,7 @@ def prepare(config: Config, layout, *, model=None, dataset=None):
     model = build_model(config.model if model is None else model, data.input_shape, data.num_classes)
     check_model(model, config.model if model is None else model_label(model), data.x_train[:2], data.num_classes)
     paradigm = make_paradigm(config, layout.workers)
-    _check_epoch_size(config, paradigm, len(data.y_train))
+    config.check_epoch_size(paradigm, len(data.y_train))
     ipe = counted(config.paradigm, paradigm.iterations_per_epoch, len(data.y_train))
     return data, model, paradigm, ipe
 
@@ -143,9 +118,8 @@ def judge_training(run_dir: str, rejected: int, pushes: int, *, failure: str = "
 
 
 def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats: dict, data) -> tuple[int, int]:
-    """Every role this process runs (`transport.ranks`; each its log,
-    checkpointer and model), from its levels of servers to the end of the
-    run; returns the run's (rejected pushes, pushes)."""
+    """Every role this process runs (`transport.ranks`, each with its log,
+    checkpointer and model) to the end; the run's (rejected pushes, pushes)."""
     layout = plan.layout
     clients = layout.group_server_ranks or layout.worker_ranks   # who pushes to the servers
     top = LevelSpec(members=tuple(range(layout.size)), servers=tuple(layout.server_ranks),

@@ -48,6 +48,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -74,6 +75,32 @@ class DiskFullAtCheckpoint(Exception):
     """Raised on every rank when the checkpoint's file found the disk full;
     `str()` is DiskFull's line. (A rank's own log that does ends the job
     from that rank: mpips/runtime/job.py.)"""
+
+
+class Checkpoints(Protocol):
+    """A rank's part in checkpoints, as its roles see it: `Checkpointer`, or
+    `NoCheckpoints` where none are taken."""
+
+    resumed: dict | None      # the meta of the checkpoint resumed from, this rank's
+    state: dict | None        # state in it, and the training seconds before it
+    elapsed: float
+    meta_extra: dict
+
+    def begin(self, ctx) -> None: ...
+
+    def restore(self, ctx, role) -> None: ...
+
+    def maybe_request(self, ctx, view) -> None: ...
+
+    def relay(self, up, group) -> None: ...
+
+    def clients_stopped(self, table, snap: np.ndarray) -> bool: ...
+
+    def wait(self, ctx, ready, *, what: str, describe, stop) -> float: ...
+
+    def halt(self, ctx, role_state, *, ack: int | None, coordinator: bool = False, group=None) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Checkpointer:
@@ -315,7 +342,7 @@ class Checkpointer:
 
 
 class NoCheckpoints:
-    """The checkpoint protocol (`Checkpointer`'s verbs) of a job that takes
+    """The `Checkpoints` of a job that takes
     none (`mpips simulate`: one process, minutes long, nothing to
     preempt): it never asks for one, so every wait is a plain wait and
     nothing is collective."""
@@ -326,10 +353,10 @@ class NoCheckpoints:
     def __init__(self):
         self.meta_extra: dict = {}
 
-    def _nothing(self, *args) -> None:
-        """Nothing to restore, to ask for, to relay or to close."""
+    def _nothing(self, *args, **kwargs) -> None:
+        """Nothing to restore, to ask for, to relay, to stop for or to close."""
 
-    restore = maybe_request = relay = close = _nothing
+    restore = maybe_request = relay = halt = close = _nothing
 
     def clients_stopped(self, table, snap) -> bool:
         return False

@@ -1,21 +1,21 @@
-"""What a role of a running job works with: the run's plan, its level of
-servers (a store, a table, who is who), its services (log, clock,
-checkpoints), and its paradigm."""
+"""What a role of a running job works with: the run's plan, its level of servers
+(a store, a table, who is who), its services (log, clock, checkpoints), its paradigm."""
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from ..config import Config
 from ..io.log import RankLog
 from ..paradigms import Paradigm
-from .clock import Clock
+from .checkpointer import Checkpoints
 from .layout import Layout
 from .state import S, W
 from .transport import ControlTable, ParameterStore
+from .wait import Clock
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class Services:
     """One rank's: shared by its levels."""
 
     log: RankLog
-    clock: Clock                     # wall time, or the simulator's virtual time (clock.py)
-    checkpointer: Any                # checkpointer.Checkpoints
+    clock: Clock                     # wall time, or the simulator's virtual time (wait.py)
+    checkpointer: Checkpoints
     budget_table: ControlTable       # whose CLAIMED cell counts the global budget's claims
 
 
@@ -98,12 +98,9 @@ class Context:
 
     def describe_workers(self, workers) -> str:
         """Whom a wait on `workers` waits for, for stall messages: a worker
-        that has not pushed (yet), 'workers 2 = rank 4 (clock 7)', or, for
-        pushes made and not applied, the server that has not applied them,
-        'server 0 = rank 0 (applied 5 of 6 pushes of worker 1)'. A gate waits
-        on applied counts, so a stopped server holds up every worker: naming
-        the workers (the waiting one itself among them) would blame the wrong
-        ranks."""
+        that has not pushed, 'worker 2 = rank 4 (clock 7)', or a server that
+        has not applied pushes, 'server 0 = rank 0 (applied 5 of 6 pushes of
+        worker 1)' (a stopped server holds up every gate)."""
         level, snap = self.level, self.table.read()
         rows = self.table.worker_rows(snap)
         applied = self.table.server_rows(snap)[:, len(S):]
@@ -156,8 +153,8 @@ class Context:
             return ", ".join(f"server {s} (pushes applied {int(rows[s, S.PUSHES])})"
                              for s in np.flatnonzero(rows[:, S.DONE] == 0))
 
+        what = "waiting for the servers to finish"
         if stop is None:
-            self.wait(ready, what="waiting for the servers to finish", describe=describe)
+            self.wait(ready, what=what, describe=describe)
         else:
-            self.checkpointer.wait(self, ready, what="waiting for the servers to finish",
-                                   describe=describe, stop=stop)
+            self.checkpointer.wait(self, ready, what=what, describe=describe, stop=stop)

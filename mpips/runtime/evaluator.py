@@ -32,7 +32,6 @@ class Evaluator:
         self.ctx = ctx
         self.flat = flat
         self.x, self.y = x_test, y_test
-        self.params = np.zeros(flat.n, dtype=np.float32)
         self.best = 0.0
         self.last_pushes = -1
         self.next_eval = ctx.config.eval_every   # epochs (the evaluator rank's own schedule)
@@ -49,10 +48,6 @@ class Evaluator:
         self.best, self.last_pushes = float(state["best"]), int(state["last_pushes"])
         self.next_eval = float(state["next_eval"])
 
-    def current_params(self) -> np.ndarray:
-        self.ctx.store.observe(self.params)
-        return self.params
-
     def applied(self) -> tuple[int, int, bool]:
         """(steps, pushes) applied by every server, and whether all are done."""
         cells = self.ctx.table.read_cells(self._cells).tolist()
@@ -63,7 +58,7 @@ class Evaluator:
         ctx, flat = self.ctx, self.flat
         steps, pushes, _ = self.applied()
         read_at = ctx.now()
-        flat.host_params[:] = self.current_params()
+        ctx.store.observe(flat.host_params)
         flat.params_from_host()
         flat.model.eval()
         loss_sum, correct = 0.0, 0

@@ -18,23 +18,66 @@ last push, it exchanges with the global servers and waits for nothing:
 
 Pushes landing in its gradient window meanwhile wait there for its next step.
 
-Checkpoints (mpips/runtime/checkpointer.py): it passes a request from the global
-table down to its group's, stops once its workers have, and hands the
-global GO down. Its workers wait for its DONE, which it writes only once the
-global servers have finished, so a group that is done still takes part.
+Checkpoints: it relays them to its group (checkpointer.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..paradigms.compress import SparseGrad, make_compressor, speed_ranks
+from ..paradigms.compress import Compressor, SparseGrad, dense_of, make_compressor, speed_ranks
 from ..paradigms.grouping import GroupSpeed
 from ..training.optim import server_rule
 from ..paradigms.view import SLOT_GROUP_SPEED_RANK
 from .context import Context
-from .group_delta import GroupDelta
 from .server import Server
 from .state import W, publish_client_row
+
+class GroupDelta:
+    """The update a group server owes the global servers (pure numpy).
+    `params` is the group's copy, which moves with every push it applies. At
+    an exchange it sends `delta = params - base`, its progress since the last
+    exchange (through the compressor's error feedback), and then continues
+    either from the global parameters, when they already hold everything this
+    group sent before, plus what they do not hold yet (this payload and the
+    compressor's residual), or from its own copy. Either way the next delta
+    is measured from the new base, so no progress is sent twice or lost;
+    which one only decides how fresh the group's copy is."""
+
+    def __init__(self, params: np.ndarray, compressor: Compressor):
+        self.params = params
+        self.base = params.copy()
+        self.compressor = compressor
+        self._delta = np.empty_like(params)
+        self._next = np.empty_like(params)
+        self._payload: SparseGrad | np.ndarray | None = None
+
+    def take(self, *, flush: bool = False) -> SparseGrad | np.ndarray:
+        """What to send now; `flush` sends the compressor's whole residual too
+        (dense), as at every epoch end and at the last exchange."""
+        np.subtract(self.params, self.base, out=self._delta)
+        payload = self.compressor.compress(self._delta)
+        if flush and self.compressor.sparse:   # (a dense one holds nothing back)
+            payload = dense_of(payload) + self.compressor.flush()
+        self._payload = payload
+        return payload
+
+    def rebase(self, pulled: np.ndarray | None = None) -> None:
+        """After sending `take()`'s payload: continue from `pulled` (global
+        parameters holding every earlier payload) plus that payload and the
+        residual, or, with None, from the group's own copy."""
+        if pulled is not None:
+            nxt = self._next
+            np.copyto(nxt, pulled)
+            if isinstance(self._payload, SparseGrad):
+                self._payload.add_to(nxt)
+            else:
+                nxt += self._payload
+            if self.compressor.sparse:
+                nxt += self.compressor.residual
+            np.copyto(self.params, nxt)  # one copy: readers of params see fewer torn states
+        np.copyto(self.base, self.params)
+        self._payload = None
+
 
 # A group server's row in the global control table is a worker row whose
 # CLOCK counts the worker pushes it has forwarded (so the global servers'

@@ -42,7 +42,14 @@ def two_levels(transport: Transport, contexts: dict, flats: dict, data) -> dict:
     first = next(iter(contexts.values()))
     plan, layout = first.plan, first.layout
     saved = (first.checkpointer.resumed or {}).get("grouping")   # the same on every rank
-    times = np.asarray(saved["profiled"]) if saved else profile_all(transport, contexts, flats, data)
+    if saved:
+        times = np.asarray(saved["profiled"])
+    else:   # every worker's profiled iteration time, on every rank
+        def work(ctx, flat):
+            shard = WorkerShard(data.x_train, data.y_train, ctx.index, layout.workers, ctx.config.seed)
+            return lambda: profile(Worker(ctx, flat, ShardBudget(shard, 0, 1)), ctx.config.profile_iterations)
+        times = transport.each({rank: work(ctx, flats[rank]) for rank, ctx in contexts.items()
+                                if ctx.role == WORKER})[layout.worker_ranks]
     groups, ranks = decide_groups(contexts, times, saved)
     specs = [LevelSpec(members=(layout.group_server_ranks[g], *(layout.worker_ranks[j] for j in members)),
                        servers=(layout.group_server_ranks[g],), table_rows=layout.workers,
@@ -54,7 +61,10 @@ def two_levels(transport: Transport, contexts: dict, flats: dict, data) -> dict:
             bodies[rank] = start_role(ctx, flats[rank], data)
             continue
         g = ctx.index if ctx.role == GROUP_SERVER else next(i for i, m in enumerate(groups) if ctx.index in m)
-        group = group_level(ctx, g, groups[g], *handles[rank])
+        # group g's level: a row per worker of the job in its table, other groups' read as done
+        group = dataclasses.replace(ctx, level=Level(
+            *handles[rank], tuple(layout.worker_ranks), (layout.group_server_ranks[g],),
+            epoch_pushes=len(groups[g]) * plan.iterations_per_epoch, servers="group server"))
         if ctx.role == WORKER:
             bodies[rank] = start_role(group, flats[rank], data)
         else:
@@ -89,14 +99,6 @@ def decide_groups(contexts: dict, times: np.ndarray, saved: dict | None) -> tupl
     return groups, ranks
 
 
-def group_level(ctx: Context, g: int, members: list[int], store, table) -> Context:
-    """Group g's level, over its own parameter store and control table (a
-    row per worker of the job: other groups' read as done)."""
-    level = Level(store, table, tuple(ctx.layout.worker_ranks), (ctx.layout.group_server_ranks[g],),
-                  epoch_pushes=len(members) * ctx.plan.iterations_per_epoch, servers="group server")
-    return dataclasses.replace(ctx, level=level)
-
-
 def start_group_server(up: Context, group: Context, server: GroupServer, flat: FlatModel):
     """Before the clock starts (roles.start_role's part for a group
     server): its group's parameters and table; returns its body."""
@@ -114,16 +116,6 @@ def start_group_server(up: Context, group: Context, server: GroupServer, flat: F
     else:   # its global row is back with the global table (server 0 restores it)
         up.checkpointer.restore(group, server)
     return server.run
-
-
-def profile_all(transport: Transport, contexts: dict, flats: dict, data) -> np.ndarray:
-    """Every worker's profiled iteration time (s), indexed by worker, on every rank."""
-    def work(ctx, flat):
-        shard = WorkerShard(data.x_train, data.y_train, ctx.index, ctx.layout.workers, ctx.config.seed)
-        return lambda: profile(Worker(ctx, flat, ShardBudget(shard, 0, 1)), ctx.config.profile_iterations)
-
-    mine = {rank: work(ctx, flats[rank]) for rank, ctx in contexts.items() if ctx.role == WORKER}
-    return transport.each(mine)[next(iter(contexts.values())).layout.worker_ranks]
 
 
 def profile(worker: Worker, iterations: int) -> float:

@@ -287,13 +287,11 @@ class LocalControlTable(TableLayout):
 
 
 class LocalTransport:
-    """transport.Transport of every rank of `layout` as tasks of one
-    scheduler, moving bytes under `network`."""
+    """transport.Transport: every rank of `layout` a task of one scheduler, bytes moved under `network`."""
 
     def __init__(self, layout, network: Network):
         self.layout, self.network = layout, network
-        self.scheduler = Scheduler()
-        self.clock = self.scheduler
+        self.scheduler = self.clock = Scheduler()
         self.ranks = list(range(layout.size))
 
     def level(self, specs, *, n: int, sparse: bool) -> dict:
@@ -313,12 +311,11 @@ class LocalTransport:
 
     def each(self, work: dict) -> np.ndarray:
         """In virtual time; the run's clock starts after it, as a job's does."""
-        results = np.full(self.layout.size, np.nan)
-        tasks = {rank: self.scheduler.spawn(f"rank {rank} before the start", fn) for rank, fn in work.items()}
+        tasks = [self.scheduler.spawn(f"rank {rank} before the start", fn) for rank, fn in work.items()]
         self.scheduler.run()
-        for rank, task in tasks.items():
-            results[rank] = task.result
         self.clock.origin = self.scheduler.now
+        results = np.full(self.layout.size, np.nan)
+        results[list(work)] = [task.result for task in tasks]
         return results
 
     def run(self, bodies: dict, elapsed: float, name=str) -> dict:

@@ -2,15 +2,11 @@
 one-sided windows, the collectives, and this rank's role between barriers.
 The one module of mpips that imports mpi4py.
 
-Two classes own windows (after mpi4py.util.sync): the `ParameterWindows`
-(the flat float32 parameters, sharded over the servers, and on each server
-one gradient slot per worker that the worker `Put`s into) and the
-`ControlWindow` (a small float64 table on server 0 of per-worker and
-per-server counters). All windows are made with `Win.Allocate` (docs/environment.md:
-`Win.Create` does not progress) and every rank holds one `Lock_all` epoch on
-them for the whole run, completing operations with `Flush`. How the state is
-laid out and summed is mpips/runtime/state.py; the simulator's transport is
-mpips/runtime/local_transport.py.
+Two classes own windows (after mpi4py.util.sync), `ParameterWindows` and
+`ControlWindow`, all made with `Win.Allocate` (docs/environment.md:
+`Win.Create` does not progress); every rank holds one `Lock_all` epoch on
+them for the whole run, completing operations with `Flush`. How the state
+is laid out and summed is state.py.
 """
 from __future__ import annotations
 
@@ -19,10 +15,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .clock import WallClock
 from .state import SlotRows, TableLayout, shard_bounds, sum_slots
 from .transport import LevelSpec
-from .wait import SetupTimeout, StallError, wait_until
+from .wait import SetupTimeout, StallError, WallClock, wait_until
 
 _UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)
 _INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
@@ -367,9 +362,8 @@ class MPITransport:
         return np.array(self.allgather(mine, what="set-up (every rank's work before the start)"))
 
     def run(self, bodies: dict, elapsed: float, name=str) -> dict:
-        """The body between the start barrier and the end one (every rank
-        reaches the end, or those that do not are named within the stall
-        timeout: wait.SetupTimeout)."""
+        """The body between the start barrier and the end one (SetupTimeout
+        naming the ranks that do not reach it)."""
         (rank, body), = bodies.items()
         self.comm.Barrier()  # parameters in place and every role ready: the clock starts
         # (a resumed job's clock goes on from the checkpoint's training time)

@@ -1,5 +1,4 @@
-"""A role of a job, over its context: set up before the clock starts, then
-run to the end, by its transport (transport.Transport.run)."""
+"""A role of a job over its context: set up before the clock starts, then run by its transport."""
 from __future__ import annotations
 
 from typing import Callable

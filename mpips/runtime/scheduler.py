@@ -76,7 +76,7 @@ class Task:
 
 
 class Scheduler:
-    """Run tasks in virtual time; the roles' `Clock` of it (mpips/runtime/clock.py)."""
+    """Run tasks in virtual time; the roles' `Clock` of it (mpips/runtime/wait.py)."""
 
     def __init__(self):
         self.now = 0.0

@@ -178,8 +178,7 @@ PER_WORKER = None   # a field's cells: rows of workers, which a gate that waits 
 
 class _Field:
     """A view field computed on first read, then kept (functools.cached_property
-    without its lock: a view belongs to one thread), with the control-table
-    cells it reads (`field`)."""
+    without its lock: a view belongs to one thread), and its cells (`field`)."""
 
     def __init__(self, compute, cells):
         self.compute, self.cells = compute, cells
@@ -344,7 +343,6 @@ class TableView(ClusterView):
 
 @functools.cache
 def _cluster_fields(view_class) -> list:
-    """(name, cells) of each of a view class's fields that reads more than
-    workers' rows."""
+    """(name, cells) of a view class's fields that read more than workers' rows."""
     return [(f.name, f.cells) for k in reversed(view_class.__mro__) for f in vars(k).values()
             if isinstance(f, _Field) and f.cells is not PER_WORKER]

@@ -1,10 +1,7 @@
-"""What the roles use of a transport, as protocols (after clock.Clock).
-
-Two transports implement them, each in one module: MPI one-sided windows
+"""What the roles and the assembler use of a transport, as protocols (after
+wait.Clock), each transport in one module: MPI one-sided windows
 (mpi_transport.py, the one module that imports mpi4py) and in-process arrays
-under the virtual-time scheduler (local_transport.py). The roles and the
-assembler (assemble.py) see only these verbs.
-"""
+under the virtual-time scheduler (local_transport.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,7 +9,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .clock import Clock
+from .wait import Clock
 from .state import TableView
 
 
@@ -20,7 +17,6 @@ class ParameterStore(Protocol):
     """The flat parameters sharded over a level's servers, and on each server
     one gradient slot per client row (mpi_transport.ParameterWindows)."""
 
-    n: int
     bounds: list[tuple[int, int]]
     shard: np.ndarray                 # this server's shard (empty on a client)
     world_server_ranks: list[int]     # for messages

@@ -123,8 +123,7 @@ class Worker:
                     sample=batch.start, overrun=int(overrun), h2d=self.h2d, d2h=self.d2h)
 
     def _pull(self, view) -> tuple[int, float]:
-        """The parameters (to the GPU in compute_gradient); the updates and
-        path length counted before the pull, which it holds at least."""
+        """The parameters; the updates and path length it holds at least."""
         ctx, flat = self.ctx, self.flat
         ctx.store.pull(flat.host_params)
         if ctx.paradigm.wants_exact_distance:
@@ -132,7 +131,7 @@ class Worker:
         return view.updates, view.path_length
 
     def _decide(self, batch, read_updates: int, read_path: float):
-        """The paradigm's decision for this push; (the view it saw, the decision)."""
+        """(the view the paradigm saw, its decision for this push)."""
         ctx = self.ctx
         if ctx.paradigm.wants_exact_distance:
             distance = self._distance_moved()
@@ -143,9 +142,8 @@ class Worker:
                                           read_path_length=read_path, distance=distance)
 
     def _send(self, it: int, batch, view, at_push, scale: float) -> int | None:
-        """The gradient scaled and pushed, compressed, into this worker's
-        slot on the servers once they took its earlier pushes; its payload's
-        bytes, or None where it held a NaN or an Inf and was rejected (never sent)."""
+        """The gradient scaled and pushed, compressed, into this worker's slot; the
+        payload's bytes, or None where it held a NaN or an Inf (rejected, never sent)."""
         ctx, grad = self.ctx, self.flat.host_grads
         if scale != 1.0:
             grad *= scale
@@ -279,9 +277,8 @@ class Worker:
 
 
 class FaultyWorker(Worker):
-    """A worker that fails where the configuration's testing options say:
-    `fail_at` raises before an iteration's compute, `nan_at` pushes a NaN
-    gradient (roles.start_role picks it only when either is set)."""
+    """A worker that fails where the testing options `fail_at` (raises
+    before the compute) and `nan_at` (a NaN gradient) say (roles.start_role)."""
 
     def __init__(self, ctx: Context, flat: FlatModel, data):
         super().__init__(ctx, flat, data)

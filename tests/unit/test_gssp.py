@@ -8,7 +8,7 @@ import pytest
 from mpips.io.checkpoint import decode, encode
 from mpips.paradigms.compress import GDTopK, Identity, TopK, ratio_schedule
 from mpips.config import Config, ConfigError
-from mpips.runtime.group_delta import GroupDelta
+from mpips.runtime.group_server import GroupDelta
 from mpips.paradigms.grouping import GroupSpeed
 from mpips.runtime.layout import make_layout
 from mpips.paradigms import ClusterView, make_paradigm

@@ -275,7 +275,7 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     from mpi4py import MPI
 
     from mpips.config import load
-    from mpips.runtime.clock import WallClock
+    from mpips.runtime.wait import WallClock
     from mpips.runtime.context import Context, Level, Plan, Services
     from mpips.runtime.layout import Layout
     from mpips.runtime.wait import StallError
