@@ -109,7 +109,7 @@ class SharedParameters:
 
 
 class LocalParameterStore(SlotRows):
-    """One role's handle on `SharedParameters` (mpi_transport.ParameterStore's verbs),
+    """One role's handle on `SharedParameters` (transport.ParameterStore),
     moving its bytes over `link`. `server`: the index of the server this role is, or None."""
 
     def __init__(self, shared: SharedParameters, scheduler: Scheduler, link: Link, *,
@@ -255,7 +255,7 @@ class LocalControlTable(TableLayout):
 
     def add(self, offset: int, value: float) -> float:
         # A fetch-and-add counter (the global budget's claims) is read through
-        # `add` by its adders and by no wait or view (`ControlTable.add`'s
+        # `add` by its adders and by no wait or view (`ControlWindow.add`'s
         # contract): it is added to in place, not copied first, and a wait
         # that read the whole table is not woken by it, only to fail again
         # (a server or GSSP's group servers at every claim of every worker)
