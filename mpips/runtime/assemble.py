@@ -20,9 +20,9 @@ from ..training.models import build_model, check_model, model_label
 from .context import Context, Level, Plan, Services
 from .layout import Layout
 from .levels import two_levels
-from .wait import SetupTimeout
 from .roles import start_role
 from .transport import LevelSpec, Transport
+from .wait import SetupTimeout
 from .worker import Worker
 
 

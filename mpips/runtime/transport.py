@@ -9,8 +9,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .wait import Clock
 from .state import TableView
+from .wait import Clock
 
 
 class ParameterStore(Protocol):
