@@ -37,7 +37,7 @@ def measure(comm, size_mib: int) -> dict:
     """Times of every method for a model of size_mib MiB (on rank 0: the results)."""
     from mpi4py import MPI
 
-    from mpips.runtime.mpi_transport import ParameterStore, _allocate
+    from mpips.runtime.mpi_transport import ParameterWindows as ParameterStore, _allocate
 
     rank = comm.Get_rank()
     server = rank == 0

@@ -36,6 +36,7 @@ import numpy as np
 
 from common import mpiexec, quiet_barrier, run_inner, stats, table, write_results
 
+
 MODEL = "lenet5"
 BATCHES = {16: 2, 256: 20}   # batch size: epochs (178 and 100 iterations of the 1437 digits)
 ROUNDS = 3
@@ -114,7 +115,7 @@ def time_tick_and_log(path: str) -> None:
     from mpips.config import Config
     from mpips.io.log import ITERATION, RankLog
     from mpips.runtime.state import publish_client_row
-    from mpips.runtime.mpi_transport import ControlTable
+    from mpips.runtime.mpi_transport import ControlWindow as ControlTable
 
     comm = MPI.COMM_WORLD
     control = ControlTable(comm, 0, 1, 1)
@@ -124,13 +125,13 @@ def time_tick_and_log(path: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             log = RankLog(os.path.join(tmp, "rank-1.h5"), 1, flush_seconds=flush)
             tick, row = [], []
-            fields = np.zeros(1, ITERATION)[0].tolist()  # a row of the worker's table
+            fields = dict(zip(ITERATION.names, np.zeros(1, ITERATION)[0].tolist()))  # a row of the worker's table
             for k in range(MICRO_REPS):
                 a = time.perf_counter()
                 publish_client_row(control, 0, clock=k, push_times=(0.0, 0.0), busy=0.0, done=False,
                                    wait_total=0.0, elapsed=0.0, samples=0)
                 b = time.perf_counter()
-                log.row("iterations", *fields)
+                log.row("iterations", **fields)
                 c = time.perf_counter()
                 tick.append(b - a)
                 row.append(c - b)

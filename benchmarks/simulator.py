@@ -80,7 +80,8 @@ ROLE_WORK = {
     ("mpips/runtime/worker.py", "Worker.compute_gradient"): "compute",
     ("mpips/training/data.py", "GlobalStream.batch"): "data",
     ("mpips/training/data.py", "WorkerShard.next_batch"): "data",
-    ("mpips/training/optim.py", "ServerOptimizer.step"): "server",
+    ("mpips/training/optim.py", "SGD.step"): "server",
+    ("mpips/training/optim.py", "Adam.step"): "server",
     ("mpips/runtime/state.py", "sum_slots"): "server",   # a server's sum of its slots
     ("mpips/io/log.py", "RankLog.row"): "log",
     ("mpips/io/log.py", "RankLog.event"): "log",

@@ -121,7 +121,7 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
     from .runtime.checkpointer import Preempted
     from .runtime.job import SetupError, TrainingFailed
     from .runtime.job import train as run
-    from .runtime.rendezvous import SetupTimeout
+    from .runtime.wait import SetupTimeout
 
     try:
         run_dir = run(config, comm, model=model, dataset=dataset, loss=loss)

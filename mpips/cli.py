@@ -155,7 +155,8 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     preemption.remember(*preemption.STOPS)
     from mpi4py import MPI
 
-    from .runtime.rendezvous import SetupTimeout, allgather_within
+    from .runtime.mpi_transport import allgather_within
+    from .runtime.wait import SetupTimeout
 
     comm = MPI.COMM_WORLD if comm is None else comm
     config, error = None, plugin_error
@@ -203,7 +204,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
 
 def cmd_simulate(args) -> int:
     from .io.log import DiskFull
-    from .runtime.job import TrainingFailed
+    from .runtime.assemble import TrainingFailed
     from .runtime.scheduler import TaskFailed
     from .runtime.simulate import simulate
     from .runtime.wait import StallError

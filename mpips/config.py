@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .paradigms import REGISTRY as PARADIGMS  # the registry itself: registered paradigms are choices too
+from .paradigms.base import counted
 from .paradigms.compress import COMPRESSORS
 from .paradigms.grouping import GROUPINGS
 from .paradigms.predict import PREDICTORS
@@ -240,6 +241,31 @@ class Config:
         parse_random_stragglers(self.random_stragglers, workers)
         parse_points(self.fail_at, "fail_at", workers)
         parse_points(self.nan_at, "nan_at", workers)
+
+    def check_epoch_size(self, paradigm, samples: int) -> None:
+        """`samples` training samples hold a run of these settings: sized in
+        epochs of each worker's shard (budget per-worker), an epoch needs at
+        least one round: a batch beyond a worker's shard would make every
+        "epoch" several passes."""
+        workers = paradigm.num_workers
+        if samples < workers:
+            raise ConfigError("workers", workers, f"more than the {samples} training samples of {self.dataset}")
+        if self.batch_size > samples:
+            # one batch beyond the training set: its claim would span passes (epoch 1.39 after one)
+            raise ConfigError("batch_size", self.batch_size,
+                              f"must be <= {samples}, the training samples of {self.dataset}")
+        total, setting = counted(self.paradigm, paradigm.round_samples), paradigm.round_setting
+        if self.iterations or self.budget == "global":
+            return   # sized in iterations, or in samples of the whole set (runtime/budget.py): nothing to miscount
+        if total <= samples:
+            return
+        if total == workers * self.batch_size and setting == "batch_size":
+            raise ConfigError("batch_size", self.batch_size,
+                              f"must be <= {samples // workers}, a worker's share of the {samples} "
+                              f"training samples (an epoch); or size the run with --iterations")
+        raise ConfigError(setting, getattr(config, setting),
+                          f"a round of {total} samples exceeds the {samples} training samples "
+                          f"(an epoch); use a smaller batch, or --iterations")
 
     def paradigm_option_values(self) -> dict[str, Any]:
         """The registered paradigm's options, defaults filled in (mpips.register_paradigm)."""

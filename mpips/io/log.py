@@ -65,6 +65,12 @@ EXCHANGE = np.dtype([
 ])
 TABLES = {"iterations": ITERATION, "applies": APPLY, "evaluations": EVALUATION, "events": EVENT,
           "exchanges": EXCHANGE}
+# per table: its columns, and those of integers (RankLog.row checks a row against them)
+_COLUMNS = {name: (set(dt.names), [k for k in dt.names if dt[k].kind in "iu"]) for name, dt in TABLES.items()}
+
+
+class LogRowError(ValueError):
+    """A row that does not fit its table's columns."""
 
 
 def rank_file(run_dir: str, rank: int, segment: int = 0) -> str:
@@ -162,13 +168,23 @@ class RankLog:
         self._rows: dict[str, list] = {name: [] for name in TABLES}
         self._last_flush = time.monotonic()
 
-    def row(self, table: str, *values) -> None:
-        self._rows[table].append(values)
+    def row(self, table: str, **values) -> None:
+        """One row of `table` by column name; LogRowError for a column
+        unknown or missing, or a float for an integer column (numpy would
+        truncate it without a word)."""
+        names, integers = _COLUMNS[table]
+        if values.keys() != names:
+            raise LogRowError(f"a row of {table}: unknown column(s) {sorted(values.keys() - names)}, "
+                              f"missing {sorted(names - values.keys())}")
+        for name in integers:
+            if isinstance(values[name], (float, np.floating)):
+                raise LogRowError(f"a row of {table}: {name}={values[name]!r}, a float for an integer column")
+        self._rows[table].append(tuple(values[k] for k in TABLES[table].names))
         if time.monotonic() - self._last_flush > self.flush_seconds:
             self.flush()
 
     def event(self, now: float, kind: str, **data: Any) -> None:
-        self.row("events", now, self.rank, kind, json.dumps(data, default=_json_default))
+        self.row("events", time=now, rank=self.rank, kind=kind, data=json.dumps(data, default=_json_default))
 
     def flush(self) -> None:
         """Append the rows; DiskFull if the disk cannot take them, and from

@@ -27,7 +27,7 @@ import time
 import uuid
 
 from ..validate import ConfigError
-from .checkpoint import checkpoint_dir, run_attrs
+from .checkpoint import checkpoint_dir, find_resume, run_attrs
 
 LOCK = ".lock"
 
@@ -105,3 +105,30 @@ def _settings(config) -> dict | None:
     for volatile in ("overwrite", "stall_warn", "stall_timeout", "log_flush_seconds"):
         config.pop(volatile, None)
     return config
+
+
+def default_run_dir(config) -> str:
+    return os.path.join("runs", time.strftime("%Y%m%d-%H%M%S") + f"-{config.paradigm}")
+
+
+def own_run_dir(run_dir: str) -> RunDirLock:
+    """The run directory exists, takes files (an existing one may not: /proc)
+    and is this job's alone (RunDirLock)."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        probe = os.path.join(run_dir, f".mpips-probe-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+        return RunDirLock(run_dir)
+    except OSError as e:
+        raise ConfigError("run_dir", run_dir, f"cannot write there ({e.strerror})") from None
+
+
+def resume_or_claim(run_dir: str, config, ident: dict, ranks: int):
+    """The checkpoint to resume from, if the directory holds one of this run
+    (never with --overwrite); else the directory is claimed for a fresh start."""
+    found = None if config.overwrite else find_resume(run_dir, ident, ranks)
+    if found is None:
+        claim(run_dir, config.to_dict(), overwrite=config.overwrite)
+    return found

@@ -24,7 +24,7 @@ class Gate:
     event: dict[str, Any] | None = None        # something to log (e.g. DSSP r*)
     # The one of `waiting_for` furthest behind (fewest pushes applied, then the
     # lowest clock, then the first), where the gate has it at hand (-1: not
-    # given): the one `mpips simulate` waits for (local_transport.waits_for).
+    # given): the one `mpips simulate` waits for (local_transport.LocalControlTable.gate_answered).
     behind: int = -1
 
 

@@ -48,6 +48,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -76,32 +77,30 @@ class DiskFullAtCheckpoint(Exception):
     from that rank: mpips/runtime/job.py.)"""
 
 
-class PreemptionSignal:
-    """Whether SIGUSR1 came, on this rank, since the process started
-    (mpips/runtime/preemption.py keeps the flag); `uninstall` puts back the handler
-    that was there before, where this one installed its own."""
+class Checkpoints(Protocol):
+    """A rank's part in checkpoints, as its roles see it: `Checkpointer`, or
+    `NoCheckpoints` where none are taken."""
 
-    def __init__(self):
-        self._previous = None
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGUSR1) is not preemption._handle):
-            self._previous = signal.signal(signal.SIGUSR1, preemption._handle)
+    resumed: dict | None      # the meta of the checkpoint resumed from, this rank's
+    state: dict | None        # state in it, and the training seconds before it
+    elapsed: float
+    meta_extra: dict
 
-    @property
-    def received(self) -> bool:
-        return preemption.received()
+    def begin(self, ctx) -> None: ...
 
-    @received.setter
-    def received(self, value: bool) -> None:
-        if value:
-            preemption._handle(signal.SIGUSR1, None)
-        else:
-            preemption.clear()
+    def restore(self, ctx, role) -> None: ...
 
-    def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGUSR1, self._previous)
-            self._previous = None
+    def maybe_request(self, ctx, view) -> None: ...
+
+    def relay(self, up, group) -> None: ...
+
+    def clients_stopped(self, table, snap: np.ndarray) -> bool: ...
+
+    def wait(self, ctx, ready, *, what: str, describe, stop) -> float: ...
+
+    def halt(self, ctx, role_state, *, ack: int | None, coordinator: bool = False, group=None) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Checkpointer:
@@ -112,12 +111,16 @@ class Checkpointer:
     """
 
     def __init__(self, comm, run_dir: str, config, ident: dict, found: Resume | None):
-        self.comm = comm
-        self.rank = comm.Get_rank()
+        self.comm = comm   # transport.Collectives
+        self.rank = comm.rank
         self.run_dir = run_dir
         self.config = config
         self.identity = ident
-        self.signal = PreemptionSignal()
+        # SIGUSR1 sets preemption's flag (unless `python -m mpips` made it so); `close` puts back the handler before
+        self._previous = None
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGUSR1) is not preemption._handle):
+            self._previous = signal.signal(signal.SIGUSR1, preemption._handle)
         self.resumed, self.path, self.segment = comm.bcast(
             (found.meta, found.path, found.segment) if found else (None, None, 0))
         self.state = decode(*comm.scatter(found.ranks if found else None)) if self.resumed else None
@@ -133,7 +136,9 @@ class Checkpointer:
             clear_checkpoints(run_dir)
 
     def close(self) -> None:
-        self.signal.uninstall()
+        if self._previous is not None:
+            signal.signal(signal.SIGUSR1, self._previous)
+            self._previous = None
 
     # start -------------------------------------------------------------------------
     def begin(self, ctx) -> None:
@@ -157,7 +162,7 @@ class Checkpointer:
             return
         s = self.state
         if "control" in s:
-            ctx.control.write(0, s["control"])
+            ctx.table.write(0, s["control"])
         role.load_state(s["role"])
         ctx.paradigm.load_state(s["paradigm"])
         torch.set_rng_state(s["rng"]["torch"])
@@ -172,29 +177,29 @@ class Checkpointer:
         """Server 0, at every loop: ask for a checkpoint when one is due."""
         if ctx.rank != 0:
             return   # GSSP's group servers are server 0 of their group's table: they `relay`
-        if self.signal.received and not self.exiting:
+        if preemption.received() and not self.exiting:
             reason = "preemption"
         elif self.config.checkpoint_every and ctx.now() >= self.next_due:
             reason = "periodic"
         else:
             return   # (the common case first: this runs at every poll)
-        if self.requested(ctx.control.latest) or view.done.all():
+        if self.requested(ctx.table.latest) or view.done.all():
             return   # one at a time; none once every worker is done (the run ends anyway)
         n = self.handled + 1
         self.reason = reason
         if reason == "preemption":
             self.exiting = True
-            ctx.control.write(G.CHECKPOINT_EXIT, [n])   # before the request: read after GO
-        ctx.control.write(G.CHECKPOINT, [n])
+            ctx.table.write(G.CHECKPOINT_EXIT, [n])   # before the request: read after GO
+        ctx.table.write(G.CHECKPOINT, [n])
         ctx.log.event(ctx.now(), "checkpoint_request", number=n, reason=reason)
 
     def relay(self, up, group) -> None:
         """A GSSP group server, at every loop: a checkpoint asked for in the
         global table (`up`) is asked for in its group's table too."""
-        n = int(up.control.read_cells([G.CHECKPOINT])[0])
+        n = int(up.table.read_cells([G.CHECKPOINT])[0])
         if n > max(self.handled, self.relayed):
             self.relayed = n
-            group.control.write(G.CHECKPOINT, [n])
+            group.table.write(G.CHECKPOINT, [n])
 
     def clients_stopped(self, control, snap: np.ndarray) -> bool:
         """A server may stop: a checkpoint is asked for and every client row
@@ -215,7 +220,7 @@ class Checkpointer:
             def ready_or_halt():
                 # before `ready`: a paradigm's gate may decide something once
                 # per clock (DSSP's credits) that a stop here must not spend
-                if self.requested(ctx.control.read()):
+                if self.requested(ctx.table.read()):
                     halt.append(True)
                     return True
                 return ready()
@@ -230,7 +235,7 @@ class Checkpointer:
         row (offset `ack`), wait for GO, save `role_state()`. Returns when the
         run goes on; raises Preempted when it ends here. `group`: a GSSP group
         server's group level, whose workers wait for GO in their own table."""
-        control = ctx.control
+        control = ctx.table
         n = int(control.read()[G.CHECKPOINT])
         if ack is not None:   # (the evaluator rank: nobody waits for it to stop)
             control.write(ack, [n])
@@ -257,8 +262,8 @@ class Checkpointer:
         exiting = go > 0 and int(control.read()[G.CHECKPOINT_EXIT]) == n
         if group is not None:
             if exiting:
-                group.control.write(G.CHECKPOINT_EXIT, [n])   # read by its workers after GO
-            group.control.write(G.CHECKPOINT_GO, [go])
+                group.table.write(G.CHECKPOINT_EXIT, [n])   # read by its workers after GO
+            group.table.write(G.CHECKPOINT_GO, [go])
         self.handled = n
         if go < 0:
             if coordinator:
@@ -267,7 +272,7 @@ class Checkpointer:
             return
         path, status = self._save(group or ctx, n, role_state(), exiting=exiting)
         if exiting:
-            self.signal.received = False   # dealt with
+            preemption.clear()   # dealt with
             raise Preempted(f"preempted after checkpoint {n} ({path})", status)
 
     def _save(self, ctx, n: int, role_state: dict, *, exiting: bool) -> tuple[str | None, int]:
@@ -275,8 +280,8 @@ class Checkpointer:
         t = time.perf_counter()
         state = {"role": role_state, "paradigm": ctx.paradigm.state(),
                  "rng": {"torch": torch.get_rng_state(), "numpy": list(np.random.get_state())}}
-        if ctx.control.comm.Get_rank() == ctx.control.home:
-            state["control"] = ctx.control.read()
+        if ctx.table.is_home():
+            state["control"] = ctx.table.read()
         ctx.log.flush()   # the log up to the cut is on disk before the checkpoint is
         # every rank is here: quick. With each state, what the meta says of the cut.
         mark = (role_state.get("clock"), role_state.get("steps"))
@@ -292,9 +297,8 @@ class Checkpointer:
                 result = (None, str(e), True, status)
             except OSError as e:
                 result = (None, f"{type(e).__name__}: {e}", False, status)
-        request = self.comm.Ibarrier()
-        ctx.wait(request.Test, what=f"checkpoint {n} being written",
-                 describe=lambda: "rank 0 writing the checkpoint file")
+        self.comm.barrier(lambda test: ctx.wait(test, what=f"checkpoint {n} being written",
+                                                describe=lambda: "rank 0 writing the checkpoint file"))
         path, error, full, status = self.comm.bcast(result)
         if full:
             # the job ends here, every rank at the same cut: a disk that cannot take
@@ -337,23 +341,25 @@ class Checkpointer:
                 **self.meta_extra}
 
 
-class NoCheckpoints(Checkpointer):
-    """The checkpoint protocol of a job that takes none (`mpips simulate`:
-    one process, minutes long, nothing to preempt): it never asks for one,
-    so every wait is a plain wait and nothing is collective."""
+class NoCheckpoints:
+    """The `Checkpoints` of a job that takes
+    none (`mpips simulate`: one process, minutes long, nothing to
+    preempt): it never asks for one, so every wait is a plain wait and
+    nothing is collective."""
 
-    def __init__(self, config):
-        self.config = config
-        self.resumed, self.path, self.segment, self.state = None, None, 0, None
-        self.handled = self.relayed = 0
-        self.elapsed = 0.0
-        self.meta_extra = {}
+    resumed, path, segment, state, handled, elapsed = None, None, 0, None, 0, 0.0
+    begin = Checkpointer.begin   # the log's first segment
 
-    def maybe_request(self, ctx, view) -> None:
-        pass
+    def __init__(self):
+        self.meta_extra: dict = {}
+
+    def _nothing(self, *args, **kwargs) -> None:
+        """Nothing to restore, to ask for, to relay, to stop for or to close."""
+
+    restore = maybe_request = relay = halt = close = _nothing
+
+    def clients_stopped(self, table, snap) -> bool:
+        return False
 
     def wait(self, ctx, ready, *, what: str, describe, stop) -> float:
         return ctx.wait(ready, what=what, describe=describe)   # nothing to stop for
-
-    def close(self) -> None:
-        pass

@@ -1,112 +1,133 @@
-"""What every role of a running job shares: configuration, layout, windows, log, time."""
+"""What a role of a running job works with: the run's plan, its level of servers
+(a store, a table, who is who), its services (log, clock, checkpoints), its paradigm."""
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Callable
 
 import numpy as np
 
 from ..config import Config
-from ..io.log import RankLog, set_status
+from ..io.log import RankLog
 from ..paradigms import Paradigm
-from .clock import WALL, Clock
+from .checkpointer import Checkpoints
 from .layout import Layout
-from .rendezvous import SetupTimeout, allgather_within
 from .state import S, W
+from .transport import ControlTable, ParameterStore
+from .wait import Clock
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The run, the same on every rank: settings, layout and length."""
+
+    config: Config
+    layout: Layout
+    run_dir: str
+    iterations: int              # per worker (global budget: rounds of every worker's batch)
+    iterations_per_epoch: float  # of one worker (global budget: N / samples of a round, not rounded)
+    epochs: float                # the run's length in epochs (a cosine schedule's end)
+    total_samples: int           # the global budget (budget.py); 0 under a per-worker one
+    num_params: int
+    sparse: bool                 # clients push top-k (a store then zeroes a slot once taken)
+    loss_fn: Callable | None = None   # a user's loss(output, target) (mpips.train); None: cross-entropy
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of servers as a role sees it. GSSP's roles have two: the
+    rows of a group's table are its workers, the global table's the group
+    servers."""
+
+    store: ParameterStore
+    table: ControlTable
+    client_ranks: tuple[int, ...]    # world ranks of the table's rows
+    server_ranks: tuple[int, ...]    # world ranks of the servers that apply its pushes
+    epoch_pushes: float              # pushes in the table per epoch
+    clients: str = "worker"          # what writes the rows, in messages
+    servers: str = "server"          # what applies the pushes, in messages
+
+
+@dataclass
+class Services:
+    """One rank's: shared by its levels."""
+
+    log: RankLog
+    clock: Clock                     # wall time, or the simulator's virtual time (wait.py)
+    checkpointer: Checkpoints
+    budget_table: ControlTable       # whose CLAIMED cell counts the global budget's claims
 
 
 @dataclass
 class Context:
-    config: Config
-    layout: Layout
-    comm: Any                    # COMM_WORLD (None in the simulator: no collectives)
-    role_comm: Any               # this rank's role
+    plan: Plan
+    level: Level
+    services: Services
+    paradigm: Paradigm
     rank: int
     role: str
-    index: int                   # index within the role
-    run_dir: str
-    t0: float                    # common start (clock.time() of rank 0)
-    store: Any                   # the parameter store (mpips/runtime/mpi_transport.py, mpips/runtime/local_transport.py)
-    control: Any                 # the control table (idem)
-    log: RankLog
-    paradigm: Paradigm
-    iterations: int              # iterations per worker (global budget: rounds of every worker's batch)
-    iterations_per_epoch: float  # of one worker (global budget: N / samples of a round, not rounded)
-    num_params: int
-    # GSSP gives a role one context per level of servers; the rows of `control`
-    # are then the group's workers, or (global level) the group servers.
-    epoch_pushes: int = 0            # pushes in `control` per epoch; 0 = workers x iterations
-    clients: str = "worker"          # what writes the rows of `control`
-    client_ranks: tuple[int, ...] = ()   # their world ranks; () = the workers'
-    servers: str = "server"              # what applies the pushes in `control`
-    server_ranks: tuple[int, ...] = ()   # their world ranks; () = the servers'
-    checkpointer: Any = None         # this rank's part in checkpoints (mpips/runtime/checkpointer.py)
-    total_samples: int = 0           # the global budget (mpips/runtime/budget.py); 0 under a per-worker one
-    budget_table: Any = None         # the ControlTable whose CLAIMED slot counts claims (the global one)
-    clock: Clock = WALL              # wall time, or the simulator's virtual time (mpips/runtime/clock.py)
-    loss_fn: Any = None              # a user's loss(output, target) (mpips.train); None: cross-entropy
+    index: int                       # within the role
+
+    # the most read, by their names
+    config = property(lambda self: self.plan.config)
+    layout = property(lambda self: self.plan.layout)
+    store = property(lambda self: self.level.store)
+    table = property(lambda self: self.level.table)
+    log = property(lambda self: self.services.log)
+    clock = property(lambda self: self.services.clock)
+    checkpointer = property(lambda self: self.services.checkpointer)
 
     def now(self) -> float:
-        return self.clock.time() - self.t0
+        return self.services.clock.time() - self.services.clock.origin
 
     @functools.cached_property
     def name(self) -> str:
         return f"rank {self.rank} ({self.role} {self.index})"
 
     def view(self):
-        return self.control.view(self.control.read(), self.now())
+        return self.table.view(self.table.read(), self.now())
 
     def wait(self, ready, *, what: str, describe, due=None) -> float:
         return self.clock.wait_until(ready, what=f"{self.name}: {what}", describe=describe,
                                      warn=self.config.stall_warn, timeout=self.config.stall_timeout,
                                      due=due)
 
+    def epochs_of(self, pushes: int) -> float:
+        return pushes / self.level.epoch_pushes
+
     def describe_workers(self, workers) -> str:
         """Whom a wait on `workers` waits for, for stall messages: a worker
-        that has not pushed (yet), 'workers 2 = rank 4 (clock 7)', or, for
-        pushes made and not applied, the server that has not applied them,
-        'server 0 = rank 0 (applied 5 of 6 pushes of worker 1)'. A gate waits
-        on applied counts, so a stopped server holds up every worker: naming
-        the workers (the waiting one itself among them) would blame the wrong
-        ranks."""
-        snap = self.control.read()
-        rows = self.control.worker_rows(snap)
-        applied = self.control.server_rows(snap)[:, len(S):]
-        ranks = self.client_ranks or self.layout.worker_ranks
-        server_ranks = self.server_ranks or self.layout.server_ranks
+        that has not pushed, 'worker 2 = rank 4 (clock 7)', or a server that
+        has not applied pushes, 'server 0 = rank 0 (applied 5 of 6 pushes of
+        worker 1)' (a stopped server holds up every gate)."""
+        level, snap = self.level, self.table.read()
+        rows = self.table.worker_rows(snap)
+        applied = self.table.server_rows(snap)[:, len(S):]
         parts, lagging = [], {}
         for j in workers:
             clock = int(rows[j, W.CLOCK])
             behind = [s for s in range(len(applied)) if applied[s, j] < clock]
             for s in behind:
                 lagging.setdefault(s, []).append(f"{int(applied[s, j])} of {clock} pushes of "
-                                                 f"{self.clients} {j}")
+                                                 f"{level.clients} {j}")
             if not behind:   # all its pushes applied: the worker itself is behind
                 extra = ", done" if rows[j, W.DONE] else ""
-                parts.append(f"{self.clients} {j} = rank {ranks[j]} (clock {clock}{extra})")
-        parts += [f"{self.servers} {s} = rank {server_ranks[s]} (applied {', '.join(what)})"
+                parts.append(f"{level.clients} {j} = rank {level.client_ranks[j]} (clock {clock}{extra})")
+        parts += [f"{level.servers} {s} = rank {level.server_ranks[s]} (applied {', '.join(what)})"
                   for s, what in sorted(lagging.items())]
         return "; ".join(parts) if parts else "nothing (condition not met)"
-
-    @property
-    def epochs(self) -> float:
-        """The run's length in epochs (a cosine schedule's end): the global
-        budget's samples over the training set, or the iterations' epochs."""
-        if self.total_samples:
-            return self.total_samples / (self.iterations_per_epoch * self.paradigm.round_samples())
-        return self.iterations / self.iterations_per_epoch
 
     def wait_for_slot(self, row: int, pushed: int) -> float:
         """Before `row` (a client of `store`) pushes again: wait until every
         server has taken its `pushed` earlier pushes, so its gradient slot is
-        free (mpi_transport.ParameterStore). Gates that wait for a client's own
+        free (mpi_transport.ParameterWindows). Gates that wait for a client's own
         pushes to be applied make this wait nothing."""
-        control = self.control
-        cells = [control.server_offset(s, len(S) + row) for s in range(control.servers)]
+        table = self.table
+        cells = [table.server_offset(s, len(S) + row) for s in range(table.servers)]
 
         def taken():
-            return control.read_cells(cells)
+            return table.read_cells(cells)
 
         def describe():
             ranks = self.store.world_server_ranks
@@ -115,48 +136,25 @@ class Context:
                              for s in np.flatnonzero(counts < pushed))
 
         return self.wait(lambda: bool((taken() >= pushed).all()),
-                         what=f"{self.clients} {row}'s gradient slot for push {pushed + 1}",
+                         what=f"{self.level.clients} {row}'s gradient slot for push {pushed + 1}",
                          describe=describe)
-
-    def epochs_of(self, pushes: int) -> float:
-        return pushes / (self.epoch_pushes or self.layout.workers * self.iterations_per_epoch)
-
-    def end_of_run(self) -> None:
-        """Every rank reaches the end, or the ones that do not are named within
-        the stall timeout (mpips/runtime/rendezvous.py); server 0 has written the
-        run's end by then, and notes in run.h5 which ranks did not finish."""
-        layout = self.layout
-
-        def name(rank):
-            role, index = layout.role(rank)
-            return f"{rank} ({role.replace('_', ' ')} {index})"
-        try:
-            allgather_within(self.comm, None, what="the end of the run", warn=self.config.stall_warn,
-                             timeout=self.config.stall_timeout, name=name)
-        except SetupTimeout as e:
-            if self.rank == 0 and e.missing:   # the training's end is saved (roles._finish): say so
-                self.log.flush()
-                set_status(self.run_dir, "finished", f"rank(s) {', '.join(name(r) for r in e.missing)} did "
-                                                     f"not finish; the training's end and final parameters are saved")
-            e.status = 1
-            raise
 
     def wait_for_servers_done(self, stop=None) -> None:
         """Before the collective window frees: every server has finished.
         `stop` (a done worker's) takes a checkpoint asked for meanwhile."""
-        control = self.control
-        cells = [control.server_offset(s, S.DONE) for s in range(control.servers)]
+        table = self.table
+        cells = [table.server_offset(s, S.DONE) for s in range(table.servers)]
 
         def ready():
-            return all(control.read_cells(cells) > 0)
+            return all(table.read_cells(cells) > 0)
 
         def describe():
-            rows = self.control.server_rows(self.control.read())
+            rows = table.server_rows(table.read())
             return ", ".join(f"server {s} (pushes applied {int(rows[s, S.PUSHES])})"
                              for s in np.flatnonzero(rows[:, S.DONE] == 0))
 
+        what = "waiting for the servers to finish"
         if stop is None:
-            self.wait(ready, what="waiting for the servers to finish", describe=describe)
+            self.wait(ready, what=what, describe=describe)
         else:
-            self.checkpointer.wait(self, ready, what="waiting for the servers to finish",
-                                   describe=describe, stop=stop)
+            self.checkpointer.wait(self, ready, what=what, describe=describe, stop=stop)

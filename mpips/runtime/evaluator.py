@@ -32,13 +32,12 @@ class Evaluator:
         self.ctx = ctx
         self.flat = flat
         self.x, self.y = x_test, y_test
-        self.params = np.zeros(flat.n, dtype=np.float32)
         self.best = 0.0
         self.last_pushes = -1
         self.next_eval = ctx.config.eval_every   # epochs (the evaluator rank's own schedule)
         # what applied() reads: three cells of each server's row (the simulator
         # re-checks the evaluator's wait only when one changes, not at every tick)
-        control = ctx.control
+        control = ctx.table
         self._cells = [control.server_offset(s, col) for s in range(control.servers)
                        for col in (S.STEPS, S.PUSHES, S.DONE)]
 
@@ -49,13 +48,9 @@ class Evaluator:
         self.best, self.last_pushes = float(state["best"]), int(state["last_pushes"])
         self.next_eval = float(state["next_eval"])
 
-    def current_params(self) -> np.ndarray:
-        self.ctx.store.observe(self.params)
-        return self.params
-
     def applied(self) -> tuple[int, int, bool]:
         """(steps, pushes) applied by every server, and whether all are done."""
-        cells = self.ctx.control.read_cells(self._cells).tolist()
+        cells = self.ctx.table.read_cells(self._cells).tolist()
         return int(min(cells[0::3])), int(min(cells[1::3])), all(d > 0 for d in cells[2::3])
 
     @torch.no_grad()
@@ -63,7 +58,7 @@ class Evaluator:
         ctx, flat = self.ctx, self.flat
         steps, pushes, _ = self.applied()
         read_at = ctx.now()
-        flat.host_params[:] = self.current_params()
+        ctx.store.observe(flat.host_params)
         flat.params_from_host()
         flat.model.eval()
         loss_sum, correct = 0.0, 0
@@ -71,17 +66,17 @@ class Evaluator:
             x = self.x[lo:lo + 1024].to(flat.device)
             y = self.y[lo:lo + 1024].to(flat.device)
             out = flat.model(x)
-            if ctx.loss_fn is None:
+            if ctx.plan.loss_fn is None:
                 loss_sum += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
             else:   # a user's loss: assumed a mean over the batch
-                loss_sum += float(ctx.loss_fn(out, y)) * len(y)
+                loss_sum += float(ctx.plan.loss_fn(out, y)) * len(y)
             correct += int((out.argmax(1) == y).sum())
         flat.model.train()
         loss, acc = loss_sum / len(self.y), correct / len(self.y)
         epoch = ctx.epochs_of(pushes)
-        ctx.log.row("evaluations", read_at, epoch, steps, pushes, loss, acc)
+        ctx.log.row("evaluations", time=read_at, epoch=epoch, steps=steps, pushes=pushes, loss=loss, accuracy=acc)
         ctx.log.flush()
-        rows = ctx.control.worker_rows(ctx.control.read())
+        rows = ctx.table.worker_rows(ctx.table.read())
         wait_share = float(np.mean(rows[:, W.WAIT_TOTAL] / np.maximum(rows[:, W.ELAPSED], 1e-9)))
         print(f"mpips: epoch {epoch:5.2f}  t {read_at:7.1f}s  updates {steps:6d}  loss {loss:.4f}  "
               f"acc {100 * acc:5.1f}%  updates/s {steps / max(read_at, 1e-9):7.1f}  wait {100 * wait_share:4.1f}%",
@@ -108,7 +103,7 @@ class Evaluator:
                         or (pushes != seen and ctx.now() - start > PROGRESS_EVERY))
 
             def describe():
-                rows = ctx.control.server_rows(ctx.control.read())
+                rows = ctx.table.server_rows(ctx.table.read())
                 ranks = ctx.layout.server_ranks
                 return "; ".join(f"server {s} = rank {ranks[s]} (pushes applied {int(rows[s, S.PUSHES])})"
                                  for s in np.flatnonzero(rows[:, S.DONE] == 0))

@@ -8,9 +8,8 @@ applied when it arrives, with the configured optimizer. Every k pushes
 last push, it exchanges with the global servers and waits for nothing:
 
 - it pushes its progress since the last exchange (`GroupDelta`, GDTopK-
-  compressed when configured) as the gradient -delta; the global servers'
-  optimizer is SGD with learning rate 1 and nothing else, so whenever it
-  arrives the global parameters move by +delta;
+  compressed when configured) as the gradient -delta, which the global
+  servers' rule `Sum` adds whenever it arrives (levels.py);
 - it pushes into its own slot on the global servers, which holds one delta:
   it first waits until they took the previous one (they apply whatever
   arrived, so this is short), and then, with every earlier delta applied,
@@ -19,22 +18,66 @@ last push, it exchanges with the global servers and waits for nothing:
 
 Pushes landing in its gradient window meanwhile wait there for its next step.
 
-Checkpoints (mpips/runtime/checkpointer.py): it passes a request from the global
-table down to its group's, stops once its workers have, and hands the
-global GO down. Its workers wait for its DONE, which it writes only once the
-global servers have finished, so a group that is done still takes part.
+Checkpoints: it relays them to its group (checkpointer.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..paradigms.compress import SparseGrad, make_compressor, speed_ranks
+from ..paradigms.compress import Compressor, SparseGrad, dense_of, make_compressor, speed_ranks
 from ..paradigms.grouping import GroupSpeed
+from ..training.optim import server_rule
 from ..paradigms.view import SLOT_GROUP_SPEED_RANK
 from .context import Context
-from .group_delta import GroupDelta
 from .server import Server
 from .state import W, publish_client_row
+
+class GroupDelta:
+    """The update a group server owes the global servers (pure numpy).
+    `params` is the group's copy, which moves with every push it applies. At
+    an exchange it sends `delta = params - base`, its progress since the last
+    exchange (through the compressor's error feedback), and then continues
+    either from the global parameters, when they already hold everything this
+    group sent before, plus what they do not hold yet (this payload and the
+    compressor's residual), or from its own copy. Either way the next delta
+    is measured from the new base, so no progress is sent twice or lost;
+    which one only decides how fresh the group's copy is."""
+
+    def __init__(self, params: np.ndarray, compressor: Compressor):
+        self.params = params
+        self.base = params.copy()
+        self.compressor = compressor
+        self._delta = np.empty_like(params)
+        self._next = np.empty_like(params)
+        self._payload: SparseGrad | np.ndarray | None = None
+
+    def take(self, *, flush: bool = False) -> SparseGrad | np.ndarray:
+        """What to send now; `flush` sends the compressor's whole residual too
+        (dense), as at every epoch end and at the last exchange."""
+        np.subtract(self.params, self.base, out=self._delta)
+        payload = self.compressor.compress(self._delta)
+        if flush and self.compressor.sparse:   # (a dense one holds nothing back)
+            payload = dense_of(payload) + self.compressor.flush()
+        self._payload = payload
+        return payload
+
+    def rebase(self, pulled: np.ndarray | None = None) -> None:
+        """After sending `take()`'s payload: continue from `pulled` (global
+        parameters holding every earlier payload) plus that payload and the
+        residual, or, with None, from the group's own copy."""
+        if pulled is not None:
+            nxt = self._next
+            np.copyto(nxt, pulled)
+            if isinstance(self._payload, SparseGrad):
+                self._payload.add_to(nxt)
+            else:
+                nxt += self._payload
+            if self.compressor.sparse:
+                nxt += self.compressor.residual
+            np.copyto(self.params, nxt)  # one copy: readers of params see fewer torn states
+        np.copyto(self.base, self.params)
+        self._payload = None
+
 
 # A group server's row in the global control table is a worker row whose
 # CLOCK counts the worker pushes it has forwarded (so the global servers'
@@ -48,7 +91,7 @@ class GroupServer(Server):
 
     def __init__(self, ctx: Context, up: Context, *, group: int, members: list[int],
                  speed: GroupSpeed, speed_rank: int):
-        super().__init__(ctx)
+        super().__init__(ctx, server_rule(ctx.config, ctx.store.shard, total_epochs=ctx.plan.epochs))
         self.s = 0                  # the one server of its group's table (ctx.index is the group)
         self.up = up
         self.g = group
@@ -56,10 +99,7 @@ class GroupServer(Server):
         self.k = ctx.config.exchange_every or len(members)
         self.speed = speed
         self.speed_rank = speed_rank
-        compressor = None
-        if ctx.config.compressor != "none":
-            compressor = make_compressor(ctx.config, stream=ctx.layout.workers + group)
-        self.delta = GroupDelta(ctx.store.shard, compressor)
+        self.delta = GroupDelta(ctx.store.shard, make_compressor(ctx.config, stream=ctx.layout.workers + group))
         self.pulled = np.empty_like(ctx.store.shard)
         self.neg = np.empty_like(ctx.store.shard)
         self.since = 0              # worker pushes applied since the last exchange
@@ -72,7 +112,7 @@ class GroupServer(Server):
     def start(self) -> None:
         """Before the clock starts: the group's speed rank for its workers,
         and this group's row for the other group servers to rank against."""
-        self.ctx.control.write(SLOT_GROUP_SPEED_RANK, [self.speed_rank])
+        self.ctx.table.write(SLOT_GROUP_SPEED_RANK, [self.speed_rank])
         self.publish_up(done=False, duration=0.0, pushes=0)
 
     def run(self) -> None:
@@ -99,13 +139,13 @@ class GroupServer(Server):
     def halt(self) -> None:
         """Acknowledge in its global row, take GO from the global table to the group's."""
         up = self.up
-        up.checkpointer.halt(up, self.state, ack=up.control.worker_offset(self.g, W.HALTED),
+        up.checkpointer.halt(up, self.state, ack=up.table.worker_offset(self.g, W.HALTED),
                              group=self.ctx)
 
     def state(self) -> dict:
         compressor = self.delta.compressor
         return {**super().state(), "base": self.delta.base.copy(),
-                "compressor": compressor.state() if compressor is not None else None,
+                "compressor": compressor.state(),
                 "since": self.since, "forwarded": self.forwarded, "exchanges": self.exchanges,
                 "flushed_epochs": self.flushed_epochs, "exchange_times": list(self.exchange_times),
                 "sent_final": self.sent_final,
@@ -114,8 +154,7 @@ class GroupServer(Server):
     def load_state(self, state: dict) -> None:
         super().load_state(state)   # the parameters (the delta's `params`) among them
         self.delta.base[:] = state["base"]
-        if self.delta.compressor is not None:
-            self.delta.compressor.load_state(state["compressor"])
+        self.delta.compressor.load_state(state["compressor"])
         self.since, self.forwarded = int(state["since"]), int(state["forwarded"])
         self.exchanges, self.flushed_epochs = int(state["exchanges"]), int(state["flushed_epochs"])
         self.exchange_times = [float(t) for t in state["exchange_times"]]
@@ -138,25 +177,25 @@ class GroupServer(Server):
         t = ctx.clock.perf_counter()
         # its slot on the global servers holds one delta: the previous one taken first
         up.wait_for_slot(self.g, self.forwarded)
-        snap = up.control.read()
-        rank = self._update_speed_rank(up.control.worker_rows(snap)[:, EPOCH_TIME])
-        epochs = self.pushes // ctx.epoch_pushes
+        snap = up.table.read()
+        rank = self._update_speed_rank(up.table.worker_rows(snap)[:, EPOCH_TIME])
+        epochs = self.pushes // ctx.level.epoch_pushes
         flush = final or epochs > self.flushed_epochs
         self.flushed_epochs = epochs
         compressor = self.delta.compressor
         # the paradigm decides the group's ratio as for its workers (-1: the group server)
-        ratio = ctx.paradigm.compression(-1, ctx.view(), epoch=epochs + 1) if compressor else None
+        ratio = ctx.paradigm.compression(-1, ctx.view(), epoch=epochs + 1)
         if ratio is not None:
             compressor.set_ratio(*ratio)
         # The row first, then the pull: if every earlier delta is applied,
         # the parameters read after hold them all.
-        synced = up.control.view(snap, ctx.now()).applied[self.g] >= self.forwarded
+        synced = up.table.view(snap, ctx.now()).applied[self.g] >= self.forwarded
         if synced:
             up.store.pull(self.pulled)
         payload = self.delta.take(flush=flush)
         # A final exchange with no new worker push carries only the compressor's
         # residual: it counts as one forwarded push, so the global servers apply it.
-        counted = self.since or int(final and compressor is not None)
+        counted = self.since or int(final and compressor.sparse)
         slot = {"row": self.g, "number": self.forwarded + counted}   # the row's CLOCK after it
         if isinstance(payload, SparseGrad):
             up.store.push_sparse(payload.indices, -payload.values, **slot)
@@ -174,9 +213,10 @@ class GroupServer(Server):
         self.exchanges += 1
         duration = ctx.clock.perf_counter() - t
         self.publish_up(done=final, duration=duration, pushes=pushes)
-        ctx.log.row("exchanges", self.g, ctx.now(), self.exchanges, pushes, self.forwarded,
-                    duration, int(synced), int(flush), rank,
-                    getattr(compressor, "ratio", 1.0), sent, 4 * ctx.store.shard.size)
+        ctx.log.row("exchanges", group=self.g, time=ctx.now(), exchange=self.exchanges, pushes=pushes,
+                    forwarded=self.forwarded, duration=duration, synced=int(synced), flushed=int(flush),
+                    speed_rank=rank, ratio=getattr(compressor, "ratio", 1.0), bytes_sent=sent,
+                    bytes_dense=4 * ctx.store.shard.size)
 
     def _update_speed_rank(self, epoch_times: np.ndarray) -> int:
         """This group's speed rank among the groups' published epoch times,
@@ -186,7 +226,7 @@ class GroupServer(Server):
             rank = speed_ranks(epoch_times)[self.g]
             if rank != self.speed_rank:
                 self.speed_rank = rank
-                self.ctx.control.write(SLOT_GROUP_SPEED_RANK, [rank])
+                self.ctx.table.write(SLOT_GROUP_SPEED_RANK, [rank])
                 self.ctx.log.event(self.ctx.now(), "group_speed_rank", group=self.g,
                                    speed_rank=rank, epoch_times=epoch_times)
         return self.speed_rank
@@ -198,10 +238,10 @@ class GroupServer(Server):
         now = ctx.now()
         if pushes:
             self.exchange_times = [now, self.exchange_times[0]]
-        members = ctx.control.worker_rows(ctx.control.read())[self.members]
+        members = ctx.table.worker_rows(ctx.table.read())[self.members]
         # the progress line's wait share is the mean over these rows; extras
         # are EXCHANGES, EPOCH_TIME (0: not measured yet)
-        publish_client_row(self.up.control, self.g, clock=self.forwarded, push_times=self.exchange_times,
+        publish_client_row(self.up.table, self.g, clock=self.forwarded, push_times=self.exchange_times,
                            busy=duration, done=done, wait_total=members[:, W.WAIT_TOTAL].mean(),
                            elapsed=members[:, W.ELAPSED].mean(), samples=members[:, W.SAMPLES].sum(),
                            extras=(self.exchanges, np.nan_to_num(self.speed.time)))

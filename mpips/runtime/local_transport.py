@@ -6,7 +6,7 @@ pulls, pushes into a client's gradient slot, takes the pushed gradients and
 publishes; a `LocalControlTable` reads, writes and fetch-and-adds. Every role
 gets its own handle on one set of arrays (as every rank its own window
 object), and every write tells the scheduler that the shared state changed,
-and a control table's writes which cells (`watch_gates`).
+and a control table's writes which cells (`gate_answered`).
 
 Costs (the `Network` model, documented in docs/simulator.md): a pull or a
 push takes latency + bytes / bandwidth of virtual time, its data read or
@@ -110,7 +110,7 @@ class SharedParameters:
 
 
 class LocalParameterStore(SlotRows):
-    """One role's handle on `SharedParameters` (mpi_transport.ParameterStore's verbs),
+    """One role's handle on `SharedParameters` (transport.ParameterStore),
     moving its bytes over `link`. `server`: the index of the server this role is, or None."""
 
     def __init__(self, shared: SharedParameters, scheduler: Scheduler, link: Link, *,
@@ -118,7 +118,6 @@ class LocalParameterStore(SlotRows):
         self._shared, self._scheduler, self._link = shared, scheduler, link
         super().__init__(shared.rows)
         self.n, self.bounds = shared.n, shared.bounds
-        self.server_ranks = list(range(len(shared.bounds)))
         self.world_server_ranks = list(world_server_ranks)
         self.sparse = sparse
         self.shard_index = server
@@ -148,7 +147,7 @@ class LocalParameterStore(SlotRows):
     def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
                     key: int = 0) -> None:
         if not self.sparse:
-            raise RuntimeError("push_sparse into a ParameterStore made without sparse=True")
+            raise RuntimeError("push_sparse into a store made without sparse=True")
         k = self.slot(row)
         self._scheduler.sleep(self._link.seconds(8 * len(indices)))   # index and value
         for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
@@ -172,9 +171,6 @@ class LocalParameterStore(SlotRows):
 
     def publish(self) -> None:
         self._scheduler.changed(self._source)
-
-    def free(self) -> None:
-        pass
 
 
 class SharedTable:
@@ -227,7 +223,7 @@ class LocalControlTable(TableLayout):
 
     def read(self) -> np.ndarray:
         self._scheduler.read(self._source)
-        self._snap = snap = self._table.snapshot()
+        self.latest = snap = self._table.snapshot()
         return snap
 
     def read_cells(self, offsets: list[int]) -> np.ndarray:
@@ -260,7 +256,7 @@ class LocalControlTable(TableLayout):
 
     def add(self, offset: int, value: float) -> float:
         # A fetch-and-add counter (the global budget's claims) is read through
-        # `add` by its adders and by no wait or view (`ControlTable.add`'s
+        # `add` by its adders and by no wait or view (`ControlWindow.add`'s
         # contract): it is added to in place, not copied first, and a wait
         # that read the whole table is not woken by it, only to fail again
         # (a server or GSSP's group servers at every claim of every worker)
@@ -268,11 +264,20 @@ class LocalControlTable(TableLayout):
         self._scheduler.changed(self._source, (offset,), whole=False)
         return before
 
-    def waits_for(self, view: TableView, workers, behind: int = -1) -> None:
-        """The running check read `view` of this table and cannot pass before
-        each of `workers` has more pushes applied or is done: it waits for
-        the one furthest behind (`behind`, when the gate gave it), and is
-        checked again only once that one progresses (see watch_gates)."""
+    def is_home(self) -> bool:
+        return True   # every role's handle is on the one array
+
+    def gate_answered(self, view: TableView, gate) -> None:
+        """Re-check a worker's gate only when it may pass. A gate that does
+        not pass cannot before each worker in its `waiting_for` has more
+        pushes applied or is done (paradigms.base.Gate); so it waits for one
+        of them, the one furthest behind (`behind`, when the gate gave it),
+        and the scheduler skips every check in between (at 256 workers, most
+        writes would otherwise wake most gates, all to fail:
+        benchmarks/results/simulator.md)."""
+        workers, behind = gate.waiting_for, gate.behind
+        if not workers:
+            return
         if behind >= 0:
             workers = (behind,)
         elif len(workers) > 1:
@@ -281,23 +286,44 @@ class LocalControlTable(TableLayout):
             workers = (furthest_behind(view.applied, view.clocks, among),)
         self._scheduler.depends_on(self._source, view.cells(workers))
 
-    def free(self) -> None:
-        pass
 
+class LocalTransport:
+    """transport.Transport: every rank of `layout` a task of one scheduler, bytes moved under `network`."""
 
-def watch_gates(paradigm) -> None:
-    """Re-check a worker's gate only when it may pass. A gate that does not
-    pass cannot before each worker in its `waiting_for` has more pushes
-    applied or is done (paradigms.base.Gate); so it waits for one of them,
-    the one furthest behind, and the scheduler skips every check in between
-    (at 256 workers, most writes would otherwise wake most gates, all to
-    fail: benchmarks/results/simulator.md)."""
-    gate = paradigm.gate
+    def __init__(self, layout, network: Network):
+        self.layout, self.network = layout, network
+        self.scheduler = self.clock = Scheduler()
+        self.ranks = list(range(layout.size))
 
-    def watched(worker: int, view):
-        answer = gate(worker, view)
-        if not answer.ok and answer.waiting_for:
-            view.table.waits_for(view, answer.waiting_for, answer.behind)
-        return answer
+    def level(self, specs, *, n: int, sparse: bool) -> dict:
+        handles = {}
+        for spec in specs:
+            shared = SharedParameters(n, len(spec.servers), spec.slot_rows)
+            table = LocalControlTable.shared(spec.table_rows, len(spec.servers))
+            for rank in spec.members:
+                role, index = self.layout.role(rank)
+                store = LocalParameterStore(
+                    shared, self.scheduler, self.network.link(spec.level, role, index),
+                    server=spec.servers.index(rank) if rank in spec.servers else None,
+                    world_server_ranks=list(spec.servers), sparse=sparse)
+                handles[rank] = (store, LocalControlTable(table, self.scheduler, spec.table_rows,
+                                                          len(spec.servers)))
+        return handles
 
-    paradigm.gate = watched
+    def each(self, work: dict) -> np.ndarray:
+        """In virtual time; the run's clock starts after it, as a job's does."""
+        tasks = [self.scheduler.spawn(f"rank {rank} before the start", fn) for rank, fn in work.items()]
+        self.scheduler.run()
+        self.clock.origin = self.scheduler.now
+        results = np.full(self.layout.size, np.nan)
+        results[list(work)] = [task.result for task in tasks]
+        return results
+
+    def run(self, bodies: dict, elapsed: float, name=str) -> dict:
+        tasks = {rank: self.scheduler.spawn("rank {} ({} {})".format(rank, *self.layout.role(rank)), body)
+                 for rank, body in bodies.items()}
+        self.scheduler.run()
+        return {rank: task.result for rank, task in tasks.items()}
+
+    def total(self, counts: np.ndarray) -> np.ndarray:
+        return counts

@@ -1,22 +1,25 @@
-"""The MPI transport: the shared state of a run in one-sided windows.
+"""The MPI transport (transport.py's protocols): the shared state of a run in
+one-sided windows, the collectives, and this rank's role between barriers.
+The one module of mpips that imports mpi4py.
 
-Two classes, each owning its windows (after mpi4py.util.sync): the
-`ParameterStore` (the flat float32 parameters, sharded over the servers, and
-on each server one gradient slot per worker that the worker `Put`s into) and the
-`ControlTable` (a small float64 table on server 0 of per-worker and
-per-server counters). All windows are made with `Win.Allocate` (docs/environment.md:
-`Win.Create` does not progress) and every rank holds one `Lock_all` epoch on
-them for the whole run, completing operations with `Flush`. How the state is
-laid out and summed is mpips/runtime/state.py; the simulator's transport is
-mpips/runtime/local_transport.py.
+Two classes own windows (after mpi4py.util.sync), `ParameterWindows` and
+`ControlWindow`, all made with `Win.Allocate` (docs/environment.md:
+`Win.Create` does not progress); every rank holds one `Lock_all` epoch on
+them for the whole run, completing operations with `Flush`. How the state
+is laid out and summed is state.py.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 from mpi4py import MPI
 
 from .state import SlotRows, TableLayout, shard_bounds, sum_slots
+from .transport import LevelSpec
+from .wait import SetupTimeout, StallError, WallClock, wait_until
 
+_UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)
 _INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
 
 
@@ -35,7 +38,71 @@ def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarr
 
 
 
-class ParameterStore(SlotRows):
+def allgather_within(comm, value, *, what: str, warn: float, timeout: float, name=str) -> list:
+    """Every rank's `value`, in rank order, on every rank; SetupTimeout naming
+    the ranks that did not arrive within `timeout` seconds (`name(rank)`: how
+    to call one).
+
+    Before the run, ranks exchange what each found (a bad input, the shapes
+    of its model and data). A blocking `allgather` there waits forever for a
+    rank that is stuck in a user's model factory, stopped, or gone its own
+    way after an error only it saw. This one gathers at rank 0 by
+    point-to-point messages, polled with backoff (wait.py), so rank 0 knows
+    which ranks have not arrived and names them after `timeout` seconds;
+    every other rank waits for rank 0's answer the same way, longer (so that
+    rank 0 names the missing rank first, unless it is the one stuck). A
+    SetupTimeout ends the job (an abort: the missing rank cannot take part
+    in an orderly exit)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size == 1:
+        return [value]
+    if rank == 0:
+        got = {0: value}
+
+        def arrived():
+            for r in range(1, size):
+                if r not in got:
+                    message = comm.improbe(source=r, tag=_UP)
+                    if message is not None:
+                        got[r] = message.recv()
+            return len(got) == size
+
+        def missing():
+            return [r for r in range(size) if r not in got]
+
+        def named():
+            return "rank(s) " + ", ".join(name(r) for r in missing())
+
+        try:
+            wait_until(arrived, what=what, describe=named, warn=warn, timeout=timeout)
+        except StallError:
+            raise SetupTimeout(f"{what}: {named()} did not arrive within {timeout:g}s "
+                               f"(stall_timeout): stuck, stopped or gone", missing()) from None
+        everyone = [got[r] for r in range(size)]
+        for request in [comm.isend(everyone, dest=r, tag=_DOWN) for r in range(1, size)]:
+            request.wait()   # every rank arrived: each is waiting for this
+        return everyone
+    sent = comm.isend(value, dest=0, tag=_UP)
+    answer = []
+
+    def answered():
+        message = comm.improbe(source=0, tag=_DOWN)
+        if message is not None:
+            answer.append(message.recv())
+        return bool(answer)
+
+    # Rank 0 names the ranks it misses first; the others speak only if rank 0 itself is stuck.
+    patience = 2 * timeout + 10
+    try:
+        wait_until(answered, what=f"rank {rank}: {what}", describe=lambda: "rank 0", warn=patience, timeout=patience)
+    except StallError:
+        raise SetupTimeout(f"rank {rank}: {what}: rank 0 did not answer within {patience:g}s "
+                           f"(twice the stall_timeout and 10s)") from None
+    sent.wait()
+    return answer[0]
+
+
+class ParameterWindows(SlotRows):
     """The flat parameter vector, sharded; pull with `Get`, push with `Put`
     into the pusher's own gradient slot.
 
@@ -60,11 +127,11 @@ class ParameterStore(SlotRows):
     """
 
     def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
-                 clients=None, sparse: bool = False):
+                 clients=None, sparse: bool = False, world_server_ranks=None):
         self.comm = comm
         self.server_ranks = list(server_ranks)
-        # for messages: the servers' ranks in COMM_WORLD (a GSSP group's comm numbers its own)
-        self.world_server_ranks = comm.Get_group().Translate_ranks(self.server_ranks, MPI.COMM_WORLD.Get_group())
+        # for messages: the servers' world ranks (a GSSP group's comm numbers its own)
+        self.world_server_ranks = list(world_server_ranks or server_ranks)
         self.n = n
         self.bounds = shard_bounds(n, len(server_ranks))
         if clients is None:
@@ -75,8 +142,8 @@ class ParameterStore(SlotRows):
         mine = self.server_ranks.index(rank) if rank in self.server_ranks else None
         count = self.bounds[mine][1] - self.bounds[mine][0] if mine is not None else 0
         self.count = count
-        slots = len(self.rows) if mine is not None else 0
         self.shard_index = mine
+        slots = len(self.rows) if mine is not None else 0
         self._param_win, self.shard = _allocate(comm, count, np.float32)
         self._grad_win, grad_mem = _allocate(comm, slots * count, np.float32)
         self._slots = grad_mem.reshape(slots, count)
@@ -116,7 +183,7 @@ class ParameterStore(SlotRows):
         zeros (`sparse=True`): an indexed target datatype sends the k values,
         not a dense vector of zeros."""
         if not self.sparse:
-            raise RuntimeError("push_sparse into a ParameterStore made without sparse=True")
+            raise RuntimeError("push_sparse into a ParameterWindows made without sparse=True")
         k = self.slot(row)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
@@ -139,17 +206,8 @@ class ParameterStore(SlotRows):
 
     # server side ------------------------------------------------------------
     def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
-        """Sum into `out` the pushes counted in `clocks` and not in `consumed`
-        (per row of the control table), in the order of their keys, then
-        rows; returns how many.
-
-        A row's slot holds its latest push, numbered with the clock that
-        counts it (a worker's clock counts pushes; a GSSP group server's
-        counts the worker pushes a delta carries). A counted push whose slot
-        does not hold its number was never written (rejected, NaN/Inf) and
-        adds nothing. Called with the clocks read after the pushes were
-        flushed (a client ticks after pushing).
-        """
+        """state.sum_slots of this server's slots; called with the clocks
+        read after the pushes were flushed (a client ticks after pushing)."""
         if not self.count:
             return 0
         self._head_win.Sync()
@@ -188,7 +246,7 @@ class ParameterStore(SlotRows):
             win.Free()
 
 
-class ControlTable(TableLayout):
+class ControlWindow(TableLayout):
     """Per-worker and per-server counters in one float64 window on server 0.
 
     Each slot has one writer (a worker its row, a server its row), so writes
@@ -200,8 +258,7 @@ class ControlTable(TableLayout):
         super().__init__(workers, servers)
         self.comm = comm
         self.home = home
-        # one cell more, past the table (no read takes it, no checkpoint keeps it): `first_to_fail`
-        count = self.size + 1 if comm.Get_rank() == home else 0
+        count = self.size if comm.Get_rank() == home else 0
         self._win, _ = _allocate(comm, count, np.float64)
         comm.Barrier()
         self._win.Lock_all()
@@ -209,9 +266,15 @@ class ControlTable(TableLayout):
 
     def read(self) -> np.ndarray:
         """One consistent-enough copy of the whole table (each slot atomic)."""
-        self._win.Get([self._snap, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
+        self._win.Get([self.latest, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
         self._win.Flush(self.home)
-        return self._snap.copy()
+        return self.latest.copy()
+
+    def is_home(self) -> bool:
+        return self.comm.Get_rank() == self.home
+
+    def gate_answered(self, view, gate) -> None:
+        pass   # a wait polls: nothing to learn
 
     def write(self, offset: int, values) -> None:
         vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
@@ -229,11 +292,96 @@ class ControlTable(TableLayout):
         self._win.Flush(self.home)
         return float(result[0])
 
-    def first_to_fail(self) -> bool:
-        """Whether no rank asked before (fetch-and-add on the cell past the
-        table): of ranks that fail at once (a full disk), one says why."""
-        return self.add(self.size, 1) == 0
-
     def free(self) -> None:
         self._win.Unlock_all()
         self._win.Free()
+
+
+class MPITransport:
+    """transport.Transport and transport.Collectives of this rank of `comm`
+    (COMM_WORLD by default); a wait of a collective warns after `warn`
+    seconds and fails after `timeout` (the configuration's stall_*)."""
+
+    def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float):
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.ranks = [self.rank]
+        self.clock = WallClock()
+        self.warn, self.timeout = warn, timeout
+        self._made: list = []        # windows and communicators, freed by close()
+        # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
+        self._failures = ControlWindow(self.comm, 0, 0, 0)
+
+    def allgather(self, value, *, what: str, name=str) -> list:
+        return allgather_within(self.comm, value, what=what, warn=self.warn, timeout=self.timeout, name=name)
+
+    def bcast(self, value, root: int = 0):
+        return self.comm.bcast(value, root=root)
+
+    def gather(self, value, root: int = 0):
+        return self.comm.gather(value, root=root)
+
+    def scatter(self, values, root: int = 0):
+        return self.comm.scatter(values, root=root)
+
+    def barrier(self, wait) -> None:
+        wait(self.comm.Ibarrier().Test)
+
+    @staticmethod
+    def library() -> str:
+        return MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip()
+
+    def on_this_node(self, value) -> tuple[list, int]:
+        """Every value of this node's ranks, and this rank's place among them."""
+        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        values, mine = local.allgather(value), local.Get_rank()
+        local.Free()
+        return values, mine
+
+    def level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict:
+        rank = self.rank
+        mine = [k for k, spec in enumerate(specs) if rank in spec.members]
+        if len(specs) == 1 and len(specs[0].members) == self.size:
+            comm = self.comm      # the global level: every rank
+        else:   # one communicator per level, its servers first
+            comm = self.comm.Split(mine[0] if mine else MPI.UNDEFINED,
+                                   specs[mine[0]].members.index(rank) if mine else rank)
+            if not mine:
+                return {}
+            self._made.append(comm)
+        spec = specs[mine[0]]
+        local = [spec.members.index(r) for r in spec.servers]
+        store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse,
+                                 world_server_ranks=spec.servers)
+        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers))
+        self._made += [store, table]
+        return {rank: (store, table)}
+
+    def each(self, work: dict) -> np.ndarray:
+        mine = work[self.rank]() if work else np.nan
+        return np.array(self.allgather(mine, what="set-up (every rank's work before the start)"))
+
+    def run(self, bodies: dict, elapsed: float, name=str) -> dict:
+        """The body between the start barrier and the end one (SetupTimeout
+        naming the ranks that do not reach it)."""
+        (rank, body), = bodies.items()
+        self.comm.Barrier()  # parameters in place and every role ready: the clock starts
+        # (a resumed job's clock goes on from the checkpoint's training time)
+        self.clock.origin = self.comm.bcast(time.time() - elapsed if rank == 0 else None)
+        result = body()
+        self.allgather(None, what="the end of the run", name=name)
+        return {rank: result}
+
+    def total(self, counts: np.ndarray) -> np.ndarray:
+        return self.comm.allreduce(counts)
+
+    def first_to_fail(self) -> bool:
+        """Whether no rank asked before (a fetch-and-add): of ranks that fail
+        at once (a full disk), one says why."""
+        return self._failures.add(0, 1) == 0
+
+    def close(self) -> None:
+        """Free the levels' windows and communicators, the last made first."""
+        for made in reversed(self._made + [self._failures]):
+            made.free() if hasattr(made, "free") else made.Free()
+        self._made = []

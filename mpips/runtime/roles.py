@@ -1,11 +1,6 @@
-"""A role of a job, over its context: set up before the clock starts, then
-run to the end. The same for both transports: an MPI job runs a role
-between barriers (`run_roles`), the simulator as one task of its scheduler
-(`start_role`); a second level of servers (levels.py) runs its workers and
-servers with `run_roles` too."""
+"""A role of a job over its context: set up before the clock starts, then run by its transport."""
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import numpy as np
@@ -13,33 +8,20 @@ import numpy as np
 from ..io.log import write_run_end
 from ..training.data import GlobalStream, WorkerShard
 from ..training.flatmodel import FlatModel
+from ..training.optim import Sum, server_rule
 from .budget import ShardBudget, SharedBudget
 from .context import Context
 from .evaluator import Evaluator
 from .layout import SERVER, WORKER
 from .server import Server
 from .state import G
-from .worker import Worker
-
-
-def run_roles(ctx: Context, flat: FlatModel, data) -> Worker | None:
-    """Servers and workers over ctx's windows, from the start barrier to the end one
-    (group servers make the same collectives in levels.run_group_server)."""
-    body = start_role(ctx, flat, data)
-    ctx.comm.Barrier()  # parameters in place and every role ready: the clock starts
-    # (a resumed job's clock goes on from the checkpoint's training time)
-    ctx.t0 = ctx.comm.bcast(time.time() - ctx.checkpointer.elapsed if ctx.rank == 0 else None)
-    worker = body()
-    ctx.end_of_run()
-    return worker
+from .worker import FaultyWorker, Worker
 
 
 def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | None]:
     """This rank's role, set up before the clock starts (restored from a
     checkpoint if there is one); returns its body, which runs it to the end
-    (a worker's body returns its Worker). The same for every transport:
-    run_roles runs it between MPI barriers, the simulator
-    (mpips/runtime/simulate.py) as one task of its scheduler."""
+    (a worker's body returns its Worker)."""
     role, index = ctx.role, ctx.index
     if role == SERVER:
         lo, hi = ctx.store.bounds[index]
@@ -47,7 +29,10 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Non
         ctx.store.publish()
         inline = index == 0 and not ctx.layout.evaluators
         evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if inline else None
-        server = Server(ctx, evaluator)
+        # under a second level of servers, the global ones sum the groups' deltas
+        rule = (Sum(ctx.store.shard) if ctx.layout.group_servers
+                else server_rule(ctx.config, ctx.store.shard, total_epochs=ctx.plan.epochs))
+        server = Server(ctx, rule, evaluator)
         ctx.checkpointer.restore(ctx, server)
 
         def serve():
@@ -56,7 +41,8 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Non
                 _finish(ctx, evaluator)
         return serve
     if role == WORKER:
-        worker = Worker(ctx, flat, worker_budget(ctx, data))
+        faulty = ctx.config.fail_at or ctx.config.nan_at   # (tests' options)
+        worker = (FaultyWorker if faulty else Worker)(ctx, flat, worker_budget(ctx, data))
         ctx.checkpointer.restore(ctx, worker)
 
         def work():
@@ -79,11 +65,11 @@ def worker_budget(ctx: Context, data):
     """Where this worker's batches come from: claims on the global budget, or its shard."""
     cfg = ctx.config
     if cfg.budget == "global":
-        table = ctx.budget_table
-        return SharedBudget(GlobalStream(data.x_train, data.y_train, cfg.seed), ctx.total_samples,
+        table = ctx.services.budget_table
+        return SharedBudget(GlobalStream(data.x_train, data.y_train, cfg.seed), ctx.plan.total_samples,
                             lambda n: table.add(G.CLAIMED, n), time_limit=cfg.time_limit, now=ctx.now)
     shard = WorkerShard(data.x_train, data.y_train, ctx.index, ctx.layout.workers, cfg.seed)
-    return ShardBudget(shard, ctx.iterations, ctx.iterations_per_epoch)
+    return ShardBudget(shard, ctx.plan.iterations, ctx.plan.iterations_per_epoch)
 
 
 def _finish(ctx: Context, evaluator: Evaluator | None) -> None:
@@ -94,7 +80,7 @@ def _finish(ctx: Context, evaluator: Evaluator | None) -> None:
     ctx.wait_for_servers_done()
     if evaluator is not None and evaluator.last_pushes != evaluator.applied()[1]:
         evaluator.evaluate()
-    params = np.empty(ctx.num_params, dtype=np.float32)
+    params = np.empty(ctx.plan.num_params, dtype=np.float32)
     ctx.store.observe(params)
-    # the status last, once every rank's log is closed (job.judge_training)
-    write_run_end(ctx.run_dir, wall_seconds=ctx.now(), final_params=params, status=None)
+    # the status last, once every rank's log is closed (assemble.judge_training)
+    write_run_end(ctx.plan.run_dir, wall_seconds=ctx.now(), final_params=params, status=None)

@@ -76,7 +76,7 @@ class Task:
 
 
 class Scheduler:
-    """Run tasks in virtual time; `clock` is the roles' view of it (mpips/runtime/clock.py)."""
+    """Run tasks in virtual time; the roles' `Clock` of it (mpips/runtime/wait.py)."""
 
     def __init__(self):
         self.now = 0.0
@@ -94,7 +94,10 @@ class Scheduler:
         self.current: Task | None = None
         self._failed: TaskFailed | None = None   # a check that raised while a task chose the next
         self.switches = 0     # task resumptions: the simulator's own work (benchmarks/simulator.py)
-        self.clock = VirtualClock(self)
+        # the `Clock` of simulated roles: time is the scheduler's, read
+        # without a Python call (a worker reads the clock about 17 times an iteration)
+        self.time = self.perf_counter = functools.partial(getattr, self, "now")
+        self.origin = 0.0
 
     def spawn(self, name: str, body: Callable[[], object]) -> Task:
         task = Task(name, body, self)
@@ -299,15 +302,3 @@ def _wake(tasks: dict[Task, int], woken: dict[Task, int]) -> None:
     for task, token in tasks.items():
         if task.parked == token:   # else woken since, or parked again
             woken[task] = task.number
-
-
-class VirtualClock:
-    """The `Clock` of simulated roles: time is the scheduler's."""
-
-    def __init__(self, scheduler: Scheduler):
-        self.scheduler = scheduler
-        self.sleep = scheduler.sleep
-        self.wait_until = scheduler.wait_until
-        # scheduler.now, read without a Python call: a worker reads the clock
-        # about 17 times an iteration
-        self.time = self.perf_counter = functools.partial(getattr, scheduler, "now")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..paradigms.value_staleness import UpdateNormEMA
-from ..training.optim import ServerOptimizer
 from .context import Context
 from .state import S
 
@@ -16,21 +15,22 @@ _NS = len(S)
 
 
 class Server:
-    def __init__(self, ctx: Context, evaluator=None):
+    """`rule`: the update rule on this server's shard (training/optim.py)."""
+
+    def __init__(self, ctx: Context, rule, evaluator=None):
         self.ctx = ctx
         self.s = ctx.index
-        self.opt = ServerOptimizer(ctx.config, ctx.store.shard,
-                                   total_epochs=ctx.epochs)
+        self.rule = rule
         self.grad = np.zeros_like(ctx.store.shard)
-        self.consumed = np.zeros(ctx.control.workers, dtype=np.int64)  # per row of the table
+        self.consumed = np.zeros(ctx.table.workers, dtype=np.int64)  # per row of the table
         self.pushes = 0                     # applied in all: consumed.sum()
-        self.rejected = np.zeros(ctx.control.workers, dtype=np.int64)  # of those, rejected (sent nothing)
+        self.rejected = np.zeros(ctx.table.workers, dtype=np.int64)  # of those, rejected (sent nothing)
         self.steps = 0
         self.path = 0.0
         self.norm_ema = UpdateNormEMA(NORM_EMA_BETA)
         self.evaluator = evaluator          # server 0 evaluates inline (no --evaluator rank)
         self.next_eval = ctx.config.eval_every
-        self._row = np.zeros(_NS + ctx.control.workers)   # what publish() writes
+        self._row = np.zeros(_NS + ctx.table.workers)   # what publish() writes
 
     def run(self) -> None:
         self.serve()
@@ -50,7 +50,7 @@ class Server:
                 self.control_duties(view)
             last["view"] = view
             # a checkpoint every client stopped for goes first, even before finishing
-            last["halt"] = checkpoints.clients_stopped(ctx.control, ctx.control.latest)
+            last["halt"] = checkpoints.clients_stopped(ctx.table, ctx.table.latest)
             last["apply"] = ctx.paradigm.server_ready(view, self.consumed)
             # (arrays, not progress()'s three lists: a poll rarely finds every worker done)
             last["finished"] = bool(view.done.all()) and bool((view.clocks == self.consumed).all())
@@ -86,7 +86,7 @@ class Server:
         mode, ...) and the checkpoint requests."""
         ctx = self.ctx
         for slot, value, event in ctx.paradigm.server_control(view):
-            ctx.control.write(slot, [value])
+            ctx.table.write(slot, [value])
             if event:
                 ctx.log.event(ctx.now(), event.pop("kind", "control"), **event)
         ctx.checkpointer.maybe_request(ctx, view)
@@ -94,7 +94,7 @@ class Server:
     def halt(self) -> None:
         """Stop for the checkpoint every client stopped for (server 0 coordinates)."""
         ctx = self.ctx
-        ctx.checkpointer.halt(ctx, self.state, ack=ctx.control.server_offset(self.s, S.HALTED),
+        ctx.checkpointer.halt(ctx, self.state, ack=ctx.table.server_offset(self.s, S.HALTED),
                               coordinator=self.s == 0)
 
     def apply(self, view, waited: float) -> None:
@@ -113,15 +113,16 @@ class Server:
             return
         self.rejected = rejected
         ctx.store.take_gradient(self.grad, target, self.consumed)
-        lr, momentum = ctx.paradigm.server_step(self.opt.scheduled_lr(ctx.epochs_of(self.pushes)),
-                                                ctx.config.momentum, view)
-        self.opt.set_momentum(momentum)
+        rule = self.rule
+        lr, momentum = ctx.paradigm.server_step(rule.schedule(ctx.epochs_of(self.pushes)),
+                                                rule.base_momentum, view)
+        rule.set_momentum(momentum)
         # Announce the step before it writes the parameters in place: a worker
         # measuring ||w_now - w_read|| waits for it so that the path length
         # it reads counts every step its pull may have seen (VSGD's bound).
         if ctx.paradigm.wants_exact_distance:
-            ctx.control.write(ctx.control.server_offset(self.s, S.BEGUN), [self.steps + 1])
-        norm = self.opt.step(self.grad, lr)
+            ctx.table.write(ctx.table.server_offset(self.s, S.BEGUN), [self.steps + 1])
+        norm = rule.step(self.grad, lr)
         self.consumed = target
         self.pushes += new
         self.steps += 1
@@ -130,8 +131,9 @@ class Server:
         ctx.store.publish()
         self.publish(done=False)
         # Logged by world rank: servers are ranks 0..S-1, GSSP's group servers follow.
-        ctx.log.row("applies", ctx.rank, ctx.now(), waited, ctx.clock.perf_counter() - t, new, self.pushes,
-                    self.steps, norm, lr, self.opt.momentum)
+        ctx.log.row("applies", server=ctx.rank, time=ctx.now(), wait=waited, apply=ctx.clock.perf_counter() - t,
+                    pushes=new, total_pushes=self.pushes, step=self.steps, update_norm=norm, lr=lr,
+                    momentum=rule.momentum)
         self.maybe_evaluate()
 
     def skip(self, target: np.ndarray, rejected: np.ndarray, new: int) -> None:
@@ -159,7 +161,7 @@ class Server:
         """What a checkpoint keeps of this server (taken while nothing is in flight)."""
         ctx = self.ctx
         state = {"shard": ctx.store.shard.copy(), "pending": ctx.store.pending(),
-                 "optimizer": self.opt.state(), "consumed": self.consumed.copy(),
+                 "optimizer": self.rule.state(), "consumed": self.consumed.copy(),
                  "rejected": self.rejected.copy(), "steps": self.steps,
                  "path": self.path, "norm_ema": [self.norm_ema.value, self.norm_ema.count],
                  "next_eval": self.next_eval}
@@ -172,7 +174,7 @@ class Server:
         ctx.store.shard[:] = state["shard"]
         ctx.store.restore_pending(state["pending"])
         ctx.store.publish()
-        self.opt.load_state(state["optimizer"])
+        self.rule.load_state(state["optimizer"])
         self.consumed = np.asarray(state["consumed"], dtype=np.int64)
         self.pushes = int(self.consumed.sum())
         self.rejected = np.asarray(state.get("rejected", self.rejected), dtype=np.int64)  # older checkpoints: none
@@ -193,4 +195,4 @@ class Server:
         row[_DONE] = 1.0 if done else 0.0
         row[_BEGUN] = self.steps
         row[_NS:] = self.consumed
-        self.ctx.control.write(self.ctx.control.server_offset(self.s), row)
+        self.ctx.table.write(self.ctx.table.server_offset(self.s), row)

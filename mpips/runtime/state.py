@@ -7,6 +7,7 @@ windows (mpips/runtime/mpi_transport.py) and the simulator's in-process arrays
 """
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 
 import numpy as np
@@ -40,9 +41,12 @@ def sum_slots(out: np.ndarray, slots: np.ndarray, heads: np.ndarray, slot_of: di
               clocks, consumed, *, sparse: bool) -> int:
     """Sum into `out` the pushes counted in `clocks` and not in `consumed`
     (per row of the control table), in the order of their keys, then rows;
-    returns how many (see ParameterStore.take_gradient). `slots`, `heads`:
-    one server's gradient slots and their (push number, order key);
-    `slot_of`: row -> slot. Sparse slots are zeroed once taken."""
+    returns how many. `slots`, `heads`: one server's gradient slots and
+    their (push number, order key); `slot_of`: row -> slot. A slot holds
+    its row's latest push, numbered with the clock that counts it (a GSSP
+    group server's clock counts the worker pushes a delta carries): a
+    counted push whose slot does not hold its number was never written
+    (rejected: NaN/Inf). Sparse slots are zeroed once taken."""
     written = []
     for row in np.flatnonzero(np.asarray(clocks) > np.asarray(consumed)):
         k = slot_of[int(row)]
@@ -141,12 +145,7 @@ class TableLayout:
         self.workers = workers
         self.servers = servers
         self.size = _NG + workers * _NW + servers * (_NS + workers)
-        self._snap = np.zeros(self.size)
-
-    @property
-    def latest(self) -> np.ndarray:
-        """The table as of the last `read()` (no copy, no communication)."""
-        return self._snap
+        self.latest = np.zeros(self.size)   # the table as of the last `read()` (no copy, no communication)
 
     def worker_offset(self, worker: int, col: int = 0) -> int:
         return _NG + worker * _NW + col
@@ -174,12 +173,15 @@ class TableLayout:
 
 
 
-class _lazy:
-    """A field computed on first read, then kept (functools.cached_property
-    without its lock: a view belongs to one thread)."""
+PER_WORKER = None   # a field's cells: rows of workers, which a gate that waits names (Gate.waiting_for)
 
-    def __init__(self, compute):
-        self.compute = compute
+
+class _Field:
+    """A view field computed on first read, then kept (functools.cached_property
+    without its lock: a view belongs to one thread), and its cells (`field`)."""
+
+    def __init__(self, compute, cells):
+        self.compute, self.cells = compute, cells
         self.name = compute.__name__
 
     def __get__(self, view, owner=None):
@@ -187,6 +189,17 @@ class _lazy:
             return self
         value = view.__dict__[self.name] = self.compute(view)
         return value
+
+
+def field(*, cells):
+    """A `TableView` field; `cells(table)`: the cells of the table it reads,
+    or PER_WORKER. Declared with the field, so that the simulator's wake-ups
+    (`TableView.cells`) know every cell a gate's answer may rest on."""
+    return lambda compute: _Field(compute, cells)
+
+
+def _of_servers(col: int):
+    return lambda table: [table.server_offset(s, col) for s in range(table.servers)]
 
 
 _CLOCK, _DONE = int(W.CLOCK), int(W.DONE)   # plain ints: IntEnum arithmetic is slow
@@ -206,15 +219,15 @@ class TableView(ClusterView):
         self._table = table
         self._rows_end = _NG + table.workers * _NW
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def clocks(self) -> np.ndarray:
         return self._snap[_NG + _CLOCK:self._rows_end:_NW].astype(np.int64)
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def done(self) -> np.ndarray:
         return self._snap[_NG + _DONE:self._rows_end:_NW].astype(bool)   # written as 0 or 1
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def applied(self) -> np.ndarray:
         return self._applied().astype(np.int64)
 
@@ -236,7 +249,7 @@ class TableView(ClusterView):
     def progress(self) -> tuple[list, list, list]:
         return self._progress
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def _progress(self) -> tuple[list, list, list]:
         # straight from the snapshot, once per view (a server's poll reads it
         # twice): no numpy arrays made (floats holding integers)
@@ -244,24 +257,24 @@ class TableView(ClusterView):
         return (snap[_NG + _CLOCK:end:_NW].tolist(), self._applied().tolist(),
                 snap[_NG + _DONE:end:_NW].tolist())
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def rejected(self) -> np.ndarray:
         """(W,) pushes each worker counted in its clock but rejected (NaN/Inf): nothing was sent."""
         return self._w[:, W.REJECTED].astype(np.int64)
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def _w(self) -> np.ndarray:
         return self._table.worker_rows(self._snap)
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def _s(self) -> np.ndarray:
         return self._table.server_rows(self._snap)
 
-    @_lazy
+    @field(cells=_of_servers(int(S.PUSHES)))
     def updates(self) -> int:
         return int(self._server_column(_PUSHES).min())
 
-    @_lazy
+    @field(cells=_of_servers(int(S.PATH)))
     def path_length(self) -> float:
         return float(self._server_column(_PATH).sum())
 
@@ -280,33 +293,33 @@ class TableView(ClusterView):
         active = clocks[snap[_NG + _DONE:end:_NW] == 0]
         return int(active.min()) if active.size else int(clocks.max())
 
-    @_lazy
+    @field(cells=_of_servers(int(S.NORM_EMA)))
     def update_norm_ema(self) -> float:
         return norm_of_shards(self._s[:, S.NORM_EMA])
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def push_times(self) -> np.ndarray:
         t = self._w[:, W.PUSH_T0:W.PUSH_T1 + 1]  # adjacent columns: a slice, not a list-index copy
         return np.where(t > 0, t, np.nan)
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def iter_times(self) -> np.ndarray:
         t = self._w[:, W.ITER_TIME]
         return np.where(t > 0, t, np.nan)
 
-    @_lazy
+    @field(cells=lambda table: [SLOT_MODE])
     def mode(self) -> int:
         return int(self._snap[SLOT_MODE])
 
-    @_lazy
+    @field(cells=lambda table: [SLOT_MODE_CLOCK])
     def mode_clock(self) -> int:
         return int(self._snap[SLOT_MODE_CLOCK])
 
-    @_lazy
+    @field(cells=PER_WORKER)
     def extras(self) -> np.ndarray:
         return self._w[:, W.EXTRA0:W.EXTRA3 + 1].copy()
 
-    @_lazy
+    @field(cells=lambda table: [int(G.EXTRA0), int(G.EXTRA1)])
     def slots(self) -> tuple[float, float]:
         return float(self._snap[G.EXTRA0]), float(self._snap[G.EXTRA1])
 
@@ -314,27 +327,22 @@ class TableView(ClusterView):
     def num_workers(self) -> int:
         return self._table.workers
 
-    @property
-    def table(self) -> TableLayout:
-        return self._table
-
     def cells(self, workers) -> list[int]:
         """The cells of the table whose change can make a gate that read this
         view and waits for `workers` pass (Gate.waiting_for): their applied
         counts and done flags, and the cluster-wide fields it read (mode, updates, ...)."""
-        t, read = self._table, self.__dict__   # a _lazy field, once read, is in __dict__
+        t, read = self._table, self.__dict__   # a field, once read, is in __dict__
         first, stride = t.server_offset(0, _NS), _NS + t.workers   # applied counts of server 0, the row length
         cells = [first + s * stride + j for j in workers for s in range(t.servers)]
         cells += [_NG + j * _NW + _DONE for j in workers]
-        for name, (slot, per_server) in _FIELD_CELLS.items():
+        for name, of in _cluster_fields(type(self)):
             if name in read:
-                cells += [t.server_offset(s, slot) for s in range(t.servers)] if per_server else slot
+                cells += of(t)
         return cells
 
 
-# the fields of a view not of one worker, and where they are: (global slots, False)
-# or (a servers' column, True)
-_FIELD_CELLS = {"mode": ([SLOT_MODE], False), "mode_clock": ([SLOT_MODE_CLOCK], False),
-                "slots": ([int(G.EXTRA0), int(G.EXTRA1)], False),
-                "updates": (int(S.PUSHES), True), "path_length": (int(S.PATH), True),
-                "update_norm_ema": (int(S.NORM_EMA), True)}
+@functools.cache
+def _cluster_fields(view_class) -> list:
+    """(name, cells) of a view class's fields that read more than workers' rows."""
+    return [(f.name, f.cells) for k in reversed(view_class.__mro__) for f in vars(k).values()
+            if isinstance(f, _Field) and f.cells is not PER_WORKER]

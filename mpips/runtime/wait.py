@@ -1,4 +1,10 @@
-"""Waiting without spinning: poll with backoff, and never forever.
+"""Time as the roles see it, and waiting without spinning.
+
+The roles never call `time` themselves but a `Clock`: its `time()`,
+`perf_counter()`, `sleep()` (an emulated device's time), `wait_until()` for
+every wait, counted from its `origin`. Under MPI that is the wall clock and
+the polling below; in `mpips simulate` the same calls advance virtual time
+(scheduler.py), so the roles' code is the same for both transports.
 
 Every wait in mpips goes through `wait_until`: it sleeps between polls, each
 sleep a quarter of the time waited so far (from a few microseconds up to a
@@ -14,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -77,3 +83,39 @@ def wait_until(ready: Callable[[], bool], *, what: str, describe: Callable[[], s
         if waited > warn and waited - warned_at > warn:
             warned_at = waited
             print(f"{prefix}: {what}: waiting {waited:.0f}s for {describe()}", file=sys.stderr, flush=True)
+
+
+class Clock(Protocol):
+    origin: float   # the run's time zero (its start barrier), in time()'s units
+
+    def time(self) -> float: ...
+
+    def perf_counter(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def wait_until(self, ready: Callable[[], bool], *, what: str, describe: Callable[[], str],
+                   warn: float, timeout: float,
+                   due: Callable[[], np.ndarray | None] | None = None) -> float: ...
+
+
+class WallClock:
+    """The real clock: `time.time`, `time.perf_counter`, `time.sleep`, and
+    waits that poll with backoff."""
+
+    perf_counter = staticmethod(time.perf_counter)
+    sleep = staticmethod(time.sleep)
+    wait_until = staticmethod(wait_until)
+    time = staticmethod(time.time)   # last: in this class's body it is `time` from here on
+    origin = 0.0
+
+
+class SetupTimeout(RuntimeError):
+    """A rank did not arrive at an exchange; `str()` is one line naming it
+    (`missing`: the ranks, as rank 0 saw them; empty on the other ranks).
+    `status`: the job's exit status (2 in set-up: nothing ran; 1 at the end)."""
+
+    def __init__(self, message: str, missing: list[int] | None = None, status: int = 2):
+        super().__init__(message)
+        self.missing = missing or []
+        self.status = status

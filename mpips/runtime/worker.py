@@ -24,11 +24,9 @@ class Worker:
         self.data = data                    # where batches come from (mpips/runtime/budget.py)
         cfg = ctx.config
         self.slowdown = Slowdown(cfg, self.i, ctx.layout.workers)
-        self.fail_at = {it for w, it in parse_points(cfg.fail_at, "fail_at") if w == self.i}
-        self.nan_at = {it for w, it in parse_points(cfg.nan_at, "nan_at") if w == self.i}
-        self.loss_fn = ctx.loss_fn or torch.nn.CrossEntropyLoss()
+        self.loss_fn = ctx.plan.loss_fn or torch.nn.CrossEntropyLoss()
         self.dense_bytes = flat.n * 4
-        self.compressor = make_compressor(cfg, stream=self.i) if cfg.compressor != "none" else None
+        self.compressor = make_compressor(cfg, stream=self.i)
         self._read = self._now = None  # parameters as pulled / as now (exact distance)
         # what this worker has published in its control row
         self.clock = 0
@@ -51,12 +49,15 @@ class Worker:
         ctx.log.flush()
 
     def _gate(self):
+        """Wait at the gate; (seconds waited, the view it passed on)."""
         ctx, i = self.ctx, self.i
         last = {}
 
         def ready():
             view = ctx.view()
             gate = ctx.paradigm.gate(i, view)
+            if not gate.ok:
+                ctx.table.gate_answered(view, gate)
             last["view"], last["gate"] = view, gate
             return gate.ok
 
@@ -65,19 +66,23 @@ class Worker:
 
         waited = ctx.checkpointer.wait(ctx, ready, what=f"gate at clock {self.clock}",
                                        describe=describe, stop=self.stop_for_checkpoint)
-        return waited, last["view"], last["gate"]
+        self.wait_total += waited
+        event = last["gate"].event
+        if event:
+            ctx.log.event(ctx.now(), event.pop("kind", "gate"), worker=i, clock=self.clock, **event)
+        return waited, last["view"]
 
     def stop_for_checkpoint(self) -> None:
         """At a gate, or done: take the checkpoint every rank stops for (mpips/runtime/checkpointer.py)."""
         ctx = self.ctx
-        ctx.checkpointer.halt(ctx, self.state, ack=ctx.control.worker_offset(self.i, W.HALTED))
+        ctx.checkpointer.halt(ctx, self.state, ack=ctx.table.worker_offset(self.i, W.HALTED))
 
     def state(self) -> dict:
         """What a checkpoint keeps of this worker, taken at a gate."""
         return {"clock": self.clock, "push_times": list(self.push_times), "rejected": self.rejected,
                 "wait_total": self.wait_total, "samples": self.samples, "data": self.data.state(),
                 "overruns": self.overruns,
-                "compressor": self.compressor.state() if self.compressor is not None else None}
+                "compressor": self.compressor.state()}
 
     def load_state(self, state: dict) -> None:
         self.clock = int(state["clock"])
@@ -86,91 +91,110 @@ class Worker:
         self.wait_total = float(state["wait_total"])
         self.overruns = int(state["overruns"])
         self.data.load_state(state["data"])
-        if self.compressor is not None:
-            self.compressor.load_state(state["compressor"])
+        self.compressor.load_state(state["compressor"])
 
     def iteration(self, it: int) -> None:
-        ctx, i, flat = self.ctx, self.i, self.flat
+        """One iteration, phase by phase: gate, claim, pull, compute, decide,
+        send, tick, record."""
+        ctx, clock = self.ctx, self.ctx.clock
         start = ctx.now()
-        waited, view, gate = self._gate()
-        self.wait_total += waited
-        if gate.event:
-            ctx.log.event(ctx.now(), gate.event.pop("kind", "gate"), worker=i, clock=self.clock, **gate.event)
-        clock_gap = self.clock - view.c_min()
-        batch = self.data.take(counted(ctx.config.paradigm, ctx.paradigm.batch_size, i, view))
+        waited, view = self._gate()
+        batch = self.data.take(counted(ctx.config.paradigm, ctx.paradigm.batch_size, self.i, view))
         if batch is None:   # the budget is spent: done, without a push
             self.done = True
             self.publish()
             return
-
-        clock = ctx.clock
         t = clock.perf_counter()
-        ctx.store.pull(flat.host_params)   # to the GPU in compute_gradient
-        read_updates, read_path = view.updates, view.path_length
+        read_updates, read_path = self._pull(view)
+        pull_time = clock.perf_counter() - t
+        loss, compute, slept, overrun = self.emulated_compute(it, batch)
+        t = clock.perf_counter()
+        at_push, decision = self._decide(batch, read_updates, read_path)
+        sent = self._send(it, batch, view, at_push, decision.scale)
+        push_time = clock.perf_counter() - t
+        self._tick(batch, pull_time + compute + push_time, compute)
+        ctx.log.row("iterations", worker=self.i, iteration=it, clock=self.clock - 1,
+                    clock_gap=self.clock - 1 - view.c_min(), start=start, wait=waited, pull=pull_time,
+                    compute=compute, slowdown=slept, push=push_time, batch=batch.size, scale=decision.scale,
+                    lr_scale=decision.lr_scale, staleness=at_push.updates - read_updates,
+                    value_staleness=decision.info.get("value_staleness", math.nan),
+                    value_staleness_bound=decision.info.get("value_staleness_bound", math.nan),
+                    bytes_sent=sent or 0, bytes_dense=self.dense_bytes, loss=loss, rejected=int(sent is None),
+                    sample=batch.start, overrun=int(overrun), h2d=self.h2d, d2h=self.d2h)
+
+    def _pull(self, view) -> tuple[int, float]:
+        """The parameters; the updates and path length it holds at least."""
+        ctx, flat = self.ctx, self.flat
+        ctx.store.pull(flat.host_params)
         if ctx.paradigm.wants_exact_distance:
             self._read = flat.host_params.copy()
-        pull_time = clock.perf_counter() - t
+        return view.updates, view.path_length
 
-        if it in self.fail_at:
-            raise RuntimeError(f"injected failure (fail_at) at worker {i} iteration {it}")
-        for s in self.slowdown.starting(it):
-            ctx.log.event(ctx.now(), "straggler", worker=i, iteration=it, iterations=s.length, factor=s.factor)
-        loss_value, compute, sleep, overrun = self.emulated_compute(it, batch)
-
-        t = clock.perf_counter()
+    def _decide(self, batch, read_updates: int, read_path: float):
+        """(the view the paradigm saw, its decision for this push)."""
+        ctx = self.ctx
         if ctx.paradigm.wants_exact_distance:
             distance = self._distance_moved()
             at_push = self._view_counting_steps_seen()
         else:
             distance, at_push = math.nan, ctx.view()
-        decision = ctx.paradigm.push(i, at_push, batch_size=batch.size, read_updates=read_updates,
-                                     read_path_length=read_path, distance=distance)
-        grad = flat.host_grads
-        if it in self.nan_at:
-            grad[0] = np.nan
-        if decision.scale != 1.0:
-            grad *= decision.scale
-        rejected = not np.isfinite(grad).all()
-        sent = 0
-        if rejected:
+        return at_push, ctx.paradigm.push(self.i, at_push, batch_size=batch.size, read_updates=read_updates,
+                                          read_path_length=read_path, distance=distance)
+
+    def _send(self, it: int, batch, view, at_push, scale: float) -> int | None:
+        """The gradient scaled and pushed, compressed, into this worker's slot; the
+        payload's bytes, or None where it held a NaN or an Inf (rejected, never sent)."""
+        ctx, grad = self.ctx, self.flat.host_grads
+        if scale != 1.0:
+            grad *= scale
+        if not np.isfinite(grad).all():
             self.rejected += 1
-            ctx.log.event(ctx.now(), "rejected_push", worker=i, iteration=it, clock=self.clock,
+            ctx.log.event(ctx.now(), "rejected_push", worker=self.i, iteration=it, clock=self.clock,
                           reason="gradient contains NaN or Inf")
-        else:
-            if self.compressor is not None:
-                ratio = ctx.paradigm.compression(i, at_push, epoch=batch.epoch)
-                if ratio is not None:
-                    self.compressor.set_ratio(*ratio)
-            # The residual goes out in full at every epoch end and with the last push.
-            # A gate that saw all of this worker's pushes applied (read-your-writes:
-            # every built-in one) left its slot free: no read to check it again.
-            sent = self._send(grad, epoch_end=batch.flush, key=batch.start,
-                              slot_free=view.applied_to(i) >= self.clock)
-            self.samples += batch.size
-        push_time = clock.perf_counter() - t
-        event = ctx.paradigm.measured(i, clock=self.clock, batch=batch.size, compute=compute)
+            return None
+        ratio = ctx.paradigm.compression(self.i, at_push, epoch=batch.epoch)
+        if ratio is not None:
+            self.compressor.set_ratio(*ratio)
+        # A gate that saw all of this worker's pushes applied (read-your-writes:
+        # every built-in one) left its slot free: no read to check it again.
+        if view.applied_to(self.i) < self.clock:
+            ctx.wait_for_slot(self.i, self.clock)
+        self.samples += batch.size
+        # numbered with the clock that will count it; servers sum by where the
+        # batch starts in the global stream (-1 under a per-worker budget: by worker)
+        slot = {"row": self.i, "number": self.clock + 1, "key": batch.start}
+        payload = self.compressor.compress(grad)
+        if batch.flush and self.compressor.sparse:
+            # Error feedback: what top-k held back goes out in full at every
+            # epoch end and with the last push (a dense one holds nothing back).
+            payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
+            payload = payload + self.compressor.flush()
+        if isinstance(payload, np.ndarray):
+            ctx.store.push(payload, **slot)
+            return self.dense_bytes
+        ctx.store.push_sparse(payload.indices, payload.values, **slot)
+        return int(payload.nbytes)
+
+    def _tick(self, batch, busy: float, compute: float) -> None:
+        """Count the push and publish this worker's row."""
+        ctx = self.ctx
+        event = ctx.paradigm.measured(self.i, clock=self.clock, batch=batch.size, compute=compute)
         if event:
-            ctx.log.event(ctx.now(), event.pop("kind", "measured"), worker=i, **event)
+            ctx.log.event(ctx.now(), event.pop("kind", "measured"), worker=self.i, **event)
         self.done = batch.last
         self.clock += 1
         self.push_times = [ctx.now(), self.push_times[0]]
-        self.busy = pull_time + compute + push_time
+        self.busy = busy
         self.publish()
-
-        staleness = at_push.updates - read_updates
-        vs = decision.info.get("value_staleness", math.nan)
-        vsb = decision.info.get("value_staleness_bound", math.nan)
-        ctx.log.row("iterations", i, it, self.clock - 1, clock_gap, start, waited, pull_time,
-                    compute, sleep, push_time, batch.size, decision.scale, decision.lr_scale,
-                    staleness, vs, vsb, sent, self.dense_bytes, loss_value, int(rejected),
-                    batch.start, int(overrun), self.h2d, self.d2h)
 
     def emulated_compute(self, it: int, batch) -> tuple[float, float, float, bool]:
         """The real forward/backward, then the emulated device's time slept
         out (mpips/training/emulation.py); returns (loss, seconds in all, of them slept,
         overrun: the real compute alone took longer than the model allows,
         so this iteration is not emulated faithfully)."""
-        clock = self.ctx.clock
+        ctx, clock = self.ctx, self.ctx.clock
+        for s in self.slowdown.starting(it):
+            ctx.log.event(ctx.now(), "straggler", worker=self.i, iteration=it, iterations=s.length, factor=s.factor)
         began = clock.perf_counter()
         loss_value, compute = self.compute_gradient(batch.x, batch.y)
         target = self.slowdown.target(it, batch.size, compute)
@@ -209,30 +233,6 @@ class Worker:
             self.h2d, self.d2h = copied - t, end - computed
         return loss_value, end - t
 
-    def _send(self, grad: np.ndarray, *, epoch_end: bool, key: int = 0, slot_free: bool = False) -> int:
-        """Push `grad`, compressed if configured, into this worker's slot on
-        the servers, once they took its earlier pushes (known already when
-        `slot_free`); returns the payload bytes."""
-        ctx = self.ctx
-        if not slot_free:
-            ctx.wait_for_slot(self.i, self.clock)
-        # numbered with the clock that will count it; servers sum by where the
-        # batch starts in the global stream (-1 under a per-worker budget: by worker)
-        slot = {"row": self.i, "number": self.clock + 1, "key": key}
-        if self.compressor is None:
-            ctx.store.push(grad, **slot)
-            return self.dense_bytes
-        payload = self.compressor.compress(grad)
-        if epoch_end:
-            # Error feedback: what top-k held back is sent in full once per epoch.
-            payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
-            payload = payload + self.compressor.flush()
-        if isinstance(payload, np.ndarray):
-            ctx.store.push(payload, **slot)
-            return self.dense_bytes
-        ctx.store.push_sparse(payload.indices, payload.values, **slot)
-        return int(payload.nbytes)
-
     def _distance_moved(self) -> float:
         """||w_now - w_read||: one extra pull, for paradigms that ask for it."""
         if self._now is None:
@@ -249,15 +249,15 @@ class Worker:
         distance (the pull side is safe already: the path read before a pull
         counts only steps fully written)."""
         ctx = self.ctx
-        begun = ctx.control.server_rows(ctx.control.read())[:, S.BEGUN].copy()
+        begun = ctx.table.server_rows(ctx.table.read())[:, S.BEGUN].copy()
 
-        steps = [ctx.control.server_offset(s, S.STEPS) for s in range(ctx.control.servers)]
+        steps = [ctx.table.server_offset(s, S.STEPS) for s in range(ctx.table.servers)]
 
         def published():
-            return bool((ctx.control.read_cells(steps) >= begun).all())
+            return bool((ctx.table.read_cells(steps) >= begun).all())
 
         def describe():
-            steps = ctx.control.server_rows(ctx.control.read())[:, S.STEPS]
+            steps = ctx.table.server_rows(ctx.table.read())[:, S.STEPS]
             ranks = ctx.layout.server_ranks
             return ", ".join(f"server {s} = rank {ranks[s]} (step {int(begun[s])} begun, "
                              f"{int(steps[s])} published)"
@@ -270,7 +270,26 @@ class Worker:
         """Publish this worker's row, after its push is flushed, so a server
         that sees the new clock also sees the push it counts."""
         ctx = self.ctx
-        publish_client_row(ctx.control, self.i, clock=self.clock, push_times=self.push_times,
+        publish_client_row(ctx.table, self.i, clock=self.clock, push_times=self.push_times,
                            busy=self.busy, done=self.done, rejected=self.rejected,
                            wait_total=self.wait_total, elapsed=ctx.now(), samples=self.samples,
                            extras=ctx.paradigm.extras(self.i, self.clock))
+
+
+class FaultyWorker(Worker):
+    """A worker that fails where the testing options `fail_at` (raises
+    before the compute) and `nan_at` (a NaN gradient) say (roles.start_role)."""
+
+    def __init__(self, ctx: Context, flat: FlatModel, data):
+        super().__init__(ctx, flat, data)
+        cfg = ctx.config
+        self.fail_at = {it for w, it in parse_points(cfg.fail_at, "fail_at") if w == self.i}
+        self.nan_at = {it for w, it in parse_points(cfg.nan_at, "nan_at") if w == self.i}
+
+    def emulated_compute(self, it: int, batch):
+        if it in self.fail_at:
+            raise RuntimeError(f"injected failure (fail_at) at worker {self.i} iteration {it}")
+        result = super().emulated_compute(it, batch)
+        if it in self.nan_at:
+            self.flat.host_grads[0] = np.nan
+        return result

@@ -6,8 +6,12 @@ On a GPU the flat buffers live on the device and one host copy carries them.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
+
+from ..validate import ConfigError
 
 
 class FlatModel:
@@ -73,3 +77,34 @@ class FlatModel:
 
     def flat_copy(self) -> np.ndarray:
         return self.params.detach().cpu().numpy().copy()
+
+
+def gpu_index(wants_gpu: list[bool], local_rank: int, gpus: int) -> int:
+    """The GPU of a node's rank `local_rank`: the node's ranks that use one
+    (`wants_gpu`, in local rank order) take the `gpus` it sees in turn, one
+    each when there are enough, shared round-robin when not."""
+    return sum(wants_gpu[:local_rank]) % gpus
+
+
+def rank_device(config, wants_gpu: bool, users: list[bool], local_rank: int) -> torch.device:
+    """A rank's device (under Slurm's per-task GPU binding each rank sees its
+    own one); `users`, `local_rank`: as gpu_index takes them."""
+    if not wants_gpu or config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError("device", "cuda", "no CUDA device visible to this rank; use cpu or auto")
+    return torch.device("cuda", gpu_index(users, local_rank, torch.cuda.device_count()))
+
+
+def warm_up(flat: FlatModel, data, batch_size: int, loss=None) -> None:
+    """One forward/backward on a copy of the model, before the clock starts.
+    torch initializes lazily at a process's first backward: on a CUDA build
+    of torch, even on the CPU, a worker's first iteration took 110-290 ms, an
+    overrun of its emulated device time in every worker of every job
+    (benchmarks/results/sim_vs_mpi.md). A copy, under a forked random
+    state: the run's parameters, gradients and random numbers stay as they are."""
+    model = copy.deepcopy(flat.model)
+    cuda = [flat.device.index or 0] if flat.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        x, y = data.x_train[:batch_size].to(flat.device), data.y_train[:batch_size].to(flat.device)
+        (loss or torch.nn.CrossEntropyLoss())(model(x), y).backward()

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..validate import ConfigError, one_line, user_function
+from .data import dataset_label
 
 BUILTIN_MODELS = ("mlp", "lenet5", "resnet", "cnn1d")
 ALLOWED = "allowed: mlp, lenet5, resnet, cnn1d, or package.module:function"
@@ -219,3 +220,19 @@ def check_model(model: nn.Module, name: str, x: torch.Tensor, num_classes: int) 
     if len(shape) != 2 or shape[0] != len(x) or shape[1] < num_classes:
         raise ConfigError("model", name, f"maps a batch of shape {tuple(x.shape)} to {shape or type(out).__name__}; "
                           f"needs (batch, {num_classes}): one score per class of the dataset")
+
+
+def workload(config, data, model=None, built=None) -> dict:
+    """What the run trains, by name: the configuration's model and dataset,
+    or a user's, named by what they are: an object of mpips.train's `model`
+    by its name and the module it built; `data` (data.Dataset), when not a
+    built-in one, by its name (`package.module:function`, or `user` for
+    mpips.train's `dataset`), sizes and shapes (run.h5's layout; RunLog.model,
+    RunLog.dataset)."""
+    name = config.model
+    if model is not None:
+        name = model_label(model)
+        if built is not None and type(built).__name__ not in name:
+            name += f" ({type(built).__name__})"
+    builtin = data.name == config.dataset and ":" not in config.dataset
+    return {"model": name, "dataset": config.dataset if builtin else dataset_label(data)}

@@ -148,7 +148,7 @@ def replayed_run(config, rounds) -> np.ndarray:
     operation fixed, a real run must give these parameters bit for bit.
     `rounds`: rounds_of(log) or even_rounds(...)."""
     from mpips.training.flatmodel import FlatModel
-    from mpips.training.optim import ServerOptimizer
+    from mpips.training.optim import server_rule
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # as every rank (--torch-threads 1)
@@ -160,7 +160,7 @@ def replayed_run(config, rounds) -> np.ndarray:
         shards = [WorkerShard(data.x_train, data.y_train, i, workers, config.seed) for i in range(workers)]
         stream = GlobalStream(data.x_train, data.y_train, config.seed)
         w = flat.flat_copy()
-        opt = ServerOptimizer(config, w)
+        opt = server_rule(config, w)
         loss_fn = torch.nn.CrossEntropyLoss()
         total = np.empty_like(w)
         for pushes in rounds:

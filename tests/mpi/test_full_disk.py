@@ -35,6 +35,13 @@ from conftest import train
 from mpips.io.checkpoint import checkpoint_files, find_resume, read_checkpoint
 from mpips.io.log import DiskFull, RankLog, RunLog, rank_file, set_status, write_run_end, write_run_header
 
+
+def log_row(log, table: str, *values) -> None:
+    """A row given in its table's column order (RankLog.row takes names)."""
+    from mpips.io.log import TABLES
+    log.row(table, **dict(zip(TABLES[table].names, values)))
+
+
 RANKS = 3   # a server (evaluating inline) and two workers
 # flushes of 0.2 s, each asking little room: the disk fills with many before
 LOGGING = ("--paradigm", "bsp", "--model", "mlp", "--epochs", "50", "--log-flush-seconds", "0.2")
@@ -160,7 +167,7 @@ def test_a_log_flush_that_does_not_fit_writes_nothing(small_disk):
     with pytest.raises(DiskFull, match=rf"^disk full writing {re.escape(run)}/rank-1\.h5: \d+ KiB free"):
         for k in range(1000):
             for i in range(300):
-                log.row("iterations", 0, flushed + i, 0, 0, 0.0, 0, 0, 0, 0, 0, 16, 1, 1, 0,
+                log_row(log, "iterations", 0, flushed + i, 0, 0, 0.0, 0, 0, 0, 0, 0, 16, 1, 1, 0,
                         np.nan, np.nan, 0, 0, 0.5, 0, -1, 0, 0.0, 0.0)
             log.flush()
             flushed += 300

@@ -206,14 +206,13 @@ def ssp0_gate_checks(workers: int, table: list[tuple[int, int]], steps) -> list[
     """When worker 0's SSP (s=0) gate is checked as `mpips simulate` waits on
     it: `table` gives each worker's (clock, pushes applied); another task makes
     one of `steps(clock, applied, control)` every virtual second."""
-    from mpips.runtime.local_transport import LocalControlTable, watch_gates
+    from mpips.runtime.local_transport import LocalControlTable
     from mpips.paradigms import make_paradigm
     from mpips.runtime.state import S, W
 
     scheduler = Scheduler()
     control = LocalControlTable(LocalControlTable.shared(workers, 1), scheduler, workers, 1)
     ssp = make_paradigm(Config(paradigm="ssp", staleness=0, workers=workers), workers)
-    watch_gates(ssp)
     clock = lambda j, c: control.write(control.worker_offset(j, W.CLOCK), [c])
     applied = lambda j, n: control.write(control.server_offset(0, len(S) + j), [n])
     for j, (c, a) in enumerate(table):
@@ -224,7 +223,11 @@ def ssp0_gate_checks(workers: int, table: list[tuple[int, int]], steps) -> list[
     def gate():
         def ready():
             checks.append(scheduler.now)
-            return ssp.gate(0, control.view(control.read(), scheduler.now)).ok
+            view = control.view(control.read(), scheduler.now)
+            answer = ssp.gate(0, view)
+            if not answer.ok:
+                control.gate_answered(view, answer)   # as Worker._gate tells it
+            return answer.ok
         scheduler.wait_until(ready, what="gate", describe=str, warn=1, timeout=10)
 
     def others():
@@ -640,3 +643,15 @@ def test_a_run_of_mostly_rejected_pushes_ends_diverged(tmp_path, capsys):
     assert log.status == "diverged" and not log.completeness()["complete"]
     s = log.summary()
     assert 2 * s["rejected_pushes"] > len(log.iterations) > s["rejected_pushes"]
+
+
+def test_simulate_never_imports_mpi4py(tmp_path):
+    """`mpips simulate` runs on the in-process transport alone: mpi4py (and
+    with it an MPI library) is never loaded (runtime/mpi_transport.py is the
+    one module that imports it)."""
+    code = ("import sys; from mpips.cli import main; "
+            f"code = main(['simulate', '--workers', '2', '--iterations', '3', '--run-dir', {str(tmp_path / 'r')!r}]); "
+            "print('mpi4py' in sys.modules, [m for m in sys.modules if m.startswith('mpips.runtime.mpi')]); "
+            "sys.exit(code)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "False []", out

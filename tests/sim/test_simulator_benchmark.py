@@ -22,7 +22,7 @@ EXPECTED = {
     "LocalControlTable.write": "simulator",
     "Scheduler.sleep": "simulator",
     "Worker.compute_gradient": "compute",
-    "ServerOptimizer.step": "server",
+    "SGD.step": "server",
     "Worker._gate.<locals>.ready": "roles",        # run by the scheduler's loop (_check) when woken
     "Evaluator.evaluate": "evaluation",
 }

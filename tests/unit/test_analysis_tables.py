@@ -12,6 +12,12 @@ from mpips.config import Config
 from mpips.io.log import RankLog, RunLog, rank_file, write_run_end, write_run_header
 
 
+def log_row(log, table: str, *values) -> None:
+    """A row given in its table's column order (RankLog.row takes names)."""
+    from mpips.io.log import TABLES
+    log.row(table, **dict(zip(TABLES[table].names, values)))
+
+
 def row(paradigm, seed, time_to_target, acc, hetero="homogeneous"):
     values = {k: 1.0 for k in summarize.NUMERIC}
     values.update(time_to_target=time_to_target, final_accuracy=acc,
@@ -60,11 +66,11 @@ def write_log(run_dir, *, varying: bool) -> RunLog:
     log = RankLog(rank_file(str(run_dir), 0), 0)
     for k in range(20):
         t = 0.1 * k
-        log.row("applies", 0, t, 0.0, 0.001, 1, k + 1, k + 1, 1.0, 0.1, 0.9 if not varying or k > 5 else 0.225)
-        log.row("evaluations", t, k / 10, k + 1, k + 1, 2.0 / (k + 1), k / 20)
+        log_row(log, "applies", 0, t, 0.0, 0.001, 1, k + 1, k + 1, 1.0, 0.1, 0.9 if not varying or k > 5 else 0.225)
+        log_row(log, "evaluations", t, k / 10, k + 1, k + 1, 2.0 / (k + 1), k / 20)
         for w in range(2):
             batch = 16 + (w * k if varying else 0)
-            log.row("iterations", w, k, k, 0, t, 0.01, 0.001, 0.05, 0.0, 0.001, batch, 0.5,
+            log_row(log, "iterations", w, k, k, 0, t, 0.01, 0.001, 0.05, 0.0, 0.001, batch, 0.5,
                     1 / (1 + k % 3) if varying else 1.0, k % 3, k % 3 if varying else math.nan,
                     math.nan, 40, 40, 1.0, 0, -1, 0, 0.0, 0.0)
         if varying:

@@ -14,6 +14,13 @@ from mpips.config import Config
 from mpips.io.log import RankLog, RunLog, rank_file, write_run_end, write_run_header
 from mpips.paradigms import REGISTRY, ClusterView, make_paradigm
 
+
+def log_row(log, table: str, *values) -> None:
+    """A row given in its table's column order (RankLog.row takes names)."""
+    from mpips.io.log import TABLES
+    log.row(table, **dict(zip(TABLES[table].names, values)))
+
+
 IDENTITY = {"model": "mlp", "dataset": "digits", "parameters": 6, "paradigm": "ssp", "seed": 0,
             "optimizer": "sgd", "servers": 1, "group_servers": 0, "workers": 2}
 
@@ -202,7 +209,7 @@ def test_resume_only_an_unfinished_run(tmp_path):
 
 def _iterations(log, worker, iterations):
     for it in iterations:
-        log.row("iterations", worker, it, it, 0, float(it), 0, 0, 0, 0, 0, 16, 1, 1, 0,
+        log_row(log, "iterations", worker, it, it, 0, float(it), 0, 0, 0, 0, 0, 16, 1, 1, 0,
                 np.nan, np.nan, 0, 0, 0.5, 0, -1, 0, 0.0, 0.0)
 
 
@@ -214,7 +221,7 @@ def test_runlog_reads_every_segment_and_leaves_out_lost_work(tmp_path):
     logs = [RankLog(rank_file(run, r), r) for r in range(3)]
     logs[0].event(0.0, "segment", segment=0, step=0, time=0.0, clocks=[0, 0], server_steps=[0])
     for step in range(1, 13):   # steps 9..12 and iterations 6.. / 7.. are lost
-        logs[0].row("applies", 0, float(step), 0, 0, 1, step, step, 1, 0.1, 0.9)
+        log_row(logs[0], "applies", 0, float(step), 0, 0, 1, step, step, 1, 0.1, 0.9)
     _iterations(logs[1], 0, range(0, 9))
     _iterations(logs[2], 1, range(0, 10))
     for log in logs:
@@ -224,7 +231,7 @@ def test_runlog_reads_every_segment_and_leaves_out_lost_work(tmp_path):
     logs = [RankLog(rank_file(run, r, 1), r, segment=1) for r in range(3)]
     logs[0].event(8.0, "segment", **cut)
     for step in range(9, 16):
-        logs[0].row("applies", 0, float(step), 0, 0, 1, step, step, 1, 0.1, 0.9)
+        log_row(logs[0], "applies", 0, float(step), 0, 0, 1, step, step, 1, 0.1, 0.9)
     _iterations(logs[1], 0, range(6, 12))
     _iterations(logs[2], 1, range(7, 12))
     for log in logs:

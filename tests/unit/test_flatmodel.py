@@ -48,7 +48,7 @@ def test_the_warm_up_leaves_the_model_and_the_random_state_as_they_were():
     numbers that dropout draws next are those of a run without it."""
     from types import SimpleNamespace
 
-    from mpips.runtime.job import warm_up
+    from mpips.training.flatmodel import warm_up
     torch.manual_seed(0)
     flat = FlatModel(torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.BatchNorm1d(8),
                                          torch.nn.Dropout(0.5), torch.nn.Linear(8, 2)))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from mpips.io.checkpoint import decode, encode
-from mpips.paradigms.compress import GDTopK, TopK, ratio_schedule
+from mpips.paradigms.compress import GDTopK, Identity, TopK, ratio_schedule
 from mpips.config import Config, ConfigError
-from mpips.runtime.group_delta import GroupDelta
+from mpips.runtime.group_server import GroupDelta
 from mpips.paradigms.grouping import GroupSpeed
 from mpips.runtime.layout import make_layout
 from mpips.paradigms import ClusterView, make_paradigm
@@ -74,7 +74,7 @@ def test_group_speed_is_the_mean_of_member_epoch_time_emas():
     assert again.time == speed.time
 
 
-@pytest.mark.parametrize("make", [lambda s: None, lambda s: TopK(0.05),
+@pytest.mark.parametrize("make", [lambda s: Identity(), lambda s: TopK(0.05),
                                   lambda s: GDTopK(0.05, 0.01, seed=s)])
 def test_group_deltas_reach_the_global_parameters_once(make):
     """Two groups train on their copies and exchange in any order, continuing

@@ -13,6 +13,12 @@ from mpips.io.log import RankLog, RunLog, write_run_end, write_run_header
 from mpips.runtime.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
 
 
+def log_row(log, table: str, *values) -> None:
+    """A row given in its table's column order (RankLog.row takes names)."""
+    from mpips.io.log import TABLES
+    log.row(table, **dict(zip(TABLES[table].names, values)))
+
+
 def test_wait_returns_when_ready():
     calls = iter([False, False, True])
     waited = wait_until(lambda: next(calls), what="x", describe=lambda: "-", warn=10, timeout=10)
@@ -105,10 +111,10 @@ def test_log_roundtrip(tmp_path):
                      layout={"servers": 1, "group_servers": 0, "workers": 1}, versions={}, ranks=[0, 1])
     server, worker = RankLog(os.path.join(run, "rank-0.h5"), 0), RankLog(os.path.join(run, "rank-1.h5"), 1)
     for i in range(3):
-        worker.row("iterations", 0, i, i, 0, 0.1 * i, 0.0, 0.01, 0.02, 0.0, 0.01, 16, 1.0, 1.0, i, np.nan,
+        log_row(worker, "iterations", 0, i, i, 0, 0.1 * i, 0.0, 0.01, 0.02, 0.0, 0.01, 16, 1.0, 1.0, i, np.nan,
                    np.nan, 100, 100, 1.5, 0, 16 * i, 0, 0.0, 0.0)
-        server.row("applies", 0, 0.1 * i + 0.05, 0.0, 0.001, 1, i + 1, i + 1, 0.5, 0.1, 0.9)
-    server.row("evaluations", 0.3, 3.0, 3, 3, 0.5, 0.75)
+        log_row(server, "applies", 0, 0.1 * i + 0.05, 0.0, 0.001, 1, i + 1, i + 1, 0.5, 0.1, 0.9)
+    log_row(server, "evaluations", 0.3, 3.0, 3, 3, 0.5, 0.75)
     worker.event(0.2, "rejected_push", worker=0, iteration=9, reason="nan")
     for log in (server, worker):
         log.close()
@@ -130,22 +136,33 @@ def test_not_a_run_dir(tmp_path):
 
 
 def test_lr_schedules_follow_the_run_budget():
-    from mpips.training.optim import ServerOptimizer
+    from mpips.training.optim import server_rule
 
     shard = np.zeros(3, np.float32)
-    cosine = ServerOptimizer(Config(lr=0.2, lr_schedule="cosine", epochs=10), shard, total_epochs=4)
-    assert cosine.scheduled_lr(0) == pytest.approx(0.2)
-    assert cosine.scheduled_lr(2) == pytest.approx(0.1)
-    assert cosine.scheduled_lr(4) == pytest.approx(0.0, abs=1e-12)
-    step = ServerOptimizer(Config(lr=0.2, lr_schedule="step", lr_step_every=2, lr_gamma=0.5), shard)
-    assert [step.scheduled_lr(e) for e in (0, 1.9, 2, 4.5)] == pytest.approx([0.2, 0.2, 0.1, 0.05])
+    cosine = server_rule(Config(lr=0.2, lr_schedule="cosine", epochs=10), shard, total_epochs=4).schedule
+    assert cosine(0) == pytest.approx(0.2)
+    assert cosine(2) == pytest.approx(0.1)
+    assert cosine(4) == pytest.approx(0.0, abs=1e-12)
+    step = server_rule(Config(lr=0.2, lr_schedule="step", lr_step_every=2, lr_gamma=0.5), shard).schedule
+    assert [step(e) for e in (0, 1.9, 2, 4.5)] == pytest.approx([0.2, 0.2, 0.1, 0.05])
+
+
+def test_the_second_levels_rule_adds_a_pushed_delta_whole():
+    """Sum: w -= g whatever the configuration (no momentum, decay or schedule)."""
+    from mpips.training.optim import Sum
+
+    shard = np.ones(4, np.float32)
+    rule = Sum(shard)
+    assert rule.schedule(100.0) == 1.0 and rule.base_momentum == 0.0
+    rule.step(np.full(4, -0.5, np.float32), rule.schedule(0))
+    np.testing.assert_array_equal(shard, 1.5)
 
 
 def test_server_sgd_step_moves_the_shard_in_place():
-    from mpips.training.optim import ServerOptimizer
+    from mpips.training.optim import server_rule
 
     shard = np.ones(4, np.float32)
-    opt = ServerOptimizer(Config(lr=0.5, momentum=0.0), shard)
+    opt = server_rule(Config(lr=0.5, momentum=0.0), shard)
     norm = opt.step(np.full(4, 2.0, np.float32), lr=0.5)
     np.testing.assert_allclose(shard, 0.0)
     assert norm == pytest.approx(2.0)
@@ -157,13 +174,13 @@ def test_server_sgd_is_torch_sgd_bit_for_bit(momentum, nesterov, decay):
     """The written-out SGD against torch.optim.SGD over steps with changing
     learning rates, and through a checkpoint of its state halfway."""
     from mpips.io.checkpoint import decode, encode
-    from mpips.training.optim import ServerOptimizer
+    from mpips.training.optim import server_rule
 
     rng = np.random.default_rng(0)
     start = rng.normal(size=1000).astype(np.float32)
     cfg = Config(lr=0.1, momentum=momentum, nesterov=nesterov, weight_decay=decay)
     shard = start.copy()
-    ours = ServerOptimizer(cfg, shard)
+    ours = server_rule(cfg, shard)
     param = torch.nn.Parameter(torch.from_numpy(start.copy()))
     theirs = torch.optim.SGD([param], lr=0.1, momentum=momentum, nesterov=nesterov, weight_decay=decay)
     for k in range(6):
@@ -178,7 +195,7 @@ def test_server_sgd_is_torch_sgd_bit_for_bit(momentum, nesterov, decay):
         assert norm == pytest.approx(float(np.linalg.norm(before - shard)), rel=1e-4)
         if k == 2:   # a resumed server goes on exactly
             saved = decode(*encode(ours.state()))
-            ours = ServerOptimizer(cfg, shard)
+            ours = server_rule(cfg, shard)
             ours.load_state(saved)
 
 
@@ -207,9 +224,61 @@ def test_a_log_from_before_the_copy_columns_reads_them_as_zero(tmp_path):
 def test_ranks_sharing_a_node_take_its_gpus_in_turn():
     """Servers (False) take none; workers and the evaluator (True) one each
     while there are enough, then round-robin."""
-    from mpips.runtime.job import gpu_index
+    from mpips.training.flatmodel import gpu_index
 
     node = [False, True, True, True, True, True]            # server, 4 workers, evaluator
     assert [gpu_index(node, r, 8) for r in range(1, 6)] == [0, 1, 2, 3, 4]
     assert [gpu_index(node, r, 2) for r in range(1, 6)] == [0, 1, 0, 1, 0]
     assert [gpu_index(node, r, 1) for r in range(1, 6)] == [0] * 5
+
+
+def test_a_log_row_is_checked_against_its_tables_columns(tmp_path):
+    """By name, every column once; a float never truncated into an integer column."""
+    from mpips.io.log import LogRowError
+
+    log = RankLog(os.path.join(str(tmp_path), "rank-0.h5"), 0)
+    good = dict(time=0.3, epoch=3.0, steps=3, pushes=3, loss=0.5, accuracy=0.75)
+    log.row("evaluations", **good)
+    with pytest.raises(LogRowError, match=r"unknown column\(s\) \['acc'\], missing \['accuracy'\]"):
+        log.row("evaluations", **{**{k: v for k, v in good.items() if k != "accuracy"}, "acc": 0.75})
+    with pytest.raises(LogRowError, match=r"missing \['loss'\]"):
+        log.row("evaluations", **{k: v for k, v in good.items() if k != "loss"})
+    with pytest.raises(LogRowError, match=r"steps=3.5, a float for an integer column"):
+        log.row("evaluations", **{**good, "steps": 3.5})
+    with pytest.raises(LogRowError, match="pushes"):
+        log.row("evaluations", **{**good, "pushes": np.float32(3)})
+    log.close()
+
+
+def test_a_view_field_declares_the_cells_it_reads():
+    """The simulator wakes a waiting gate only when a cell its view's fields
+    read changes (TableView.cells): a field without its cells is refused
+    where it is written, and a declared one's cells are woken on."""
+    from mpips.runtime.state import PER_WORKER, S, TableLayout, TableView, field
+
+    with pytest.raises(TypeError):
+        class Undeclared(TableView):
+            @field
+            def busiest(self):
+                return 0
+
+    with pytest.raises(TypeError):
+        class Unsaid(TableView):
+            @field()
+            def busiest(self):
+                return 0
+
+    class Declared(TableView):
+        @field(cells=lambda table: [table.server_offset(s, S.STEPS) for s in range(table.servers)])
+        def steps(self):
+            return 0
+
+        @field(cells=PER_WORKER)
+        def mine(self):
+            return 0
+
+    table = TableLayout(workers=2, servers=2)
+    view = Declared(table, np.zeros(table.size), 0.0)
+    untouched = view.cells([1])
+    view.steps, view.mine
+    assert view.cells([1]) == untouched + [table.server_offset(0, S.STEPS), table.server_offset(1, S.STEPS)]

@@ -20,7 +20,8 @@ from mpips.config import Config
 from mpips.runtime.layout import Layout
 from mpips.runtime.wait import wait_until
 from mpips.runtime.state import G, S, W
-from mpips.runtime.mpi_transport import ControlTable
+from mpips.runtime.mpi_transport import MPITransport
+from mpips.runtime.mpi_transport import ControlWindow as ControlTable
 
 IDENT = {"model": "none", "workers": 2}
 
@@ -41,24 +42,25 @@ def _setup():
     control = ControlTable(comm, 0, workers=2, servers=2)
     t0 = time.time()
     ctx = SimpleNamespace(
-        rank=comm.Get_rank(), control=control, log=_Log(), paradigm=SimpleNamespace(state=dict),
+        rank=comm.Get_rank(), table=control, log=_Log(), paradigm=SimpleNamespace(state=dict),
         layout=Layout(servers=2, group_servers=0, workers=2),
         now=lambda: time.time() - t0,
         wait=lambda ready, what, describe: wait_until(ready, what=what, describe=describe,
                                                       warn=30, timeout=60))
-    return comm, ctx, Checkpointer(comm, run_dir, Config(), IDENT, None), run_dir
+    return comm, ctx, Checkpointer(MPITransport(comm, warn=30, timeout=60), run_dir, Config(), IDENT, None), run_dir
 
 
 def _ack(ctx):
     """This rank's acknowledgement slot: servers 0, 1 then workers 0, 1."""
     r = ctx.rank
-    return ctx.control.server_offset(r, S.HALTED) if r < 2 else ctx.control.worker_offset(r - 2, W.HALTED)
+    return ctx.table.server_offset(r, S.HALTED) if r < 2 else ctx.table.worker_offset(r - 2, W.HALTED)
 
 
 def _teardown(comm, ctx, checkpointer, run_dir):
     comm.Barrier()
     checkpointer.close()
-    ctx.control.free()
+    checkpointer.comm.close()
+    ctx.table.free()
     if comm.Get_rank() == 0:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -67,9 +69,9 @@ def _teardown(comm, ctx, checkpointer, run_dir):
 def test_a_server_that_finished_cancels_the_checkpoint():
     comm, ctx, checkpointer, run_dir = _setup()
     if ctx.rank == 1:   # server 1 finished before it saw the request
-        ctx.control.write(ctx.control.server_offset(1, S.DONE), [1.0])
+        ctx.table.write(ctx.table.server_offset(1, S.DONE), [1.0])
     if ctx.rank == 0:
-        ctx.control.write(G.CHECKPOINT, [1])
+        ctx.table.write(G.CHECKPOINT, [1])
     comm.Barrier()
     if ctx.rank != 1:
         def never():
@@ -77,7 +79,7 @@ def test_a_server_that_finished_cancels_the_checkpoint():
 
         checkpointer.halt(ctx, never, ack=_ack(ctx), coordinator=ctx.rank == 0)
         assert checkpointer.handled == 1
-        assert ctx.control.read()[G.CHECKPOINT_GO] == -1
+        assert ctx.table.read()[G.CHECKPOINT_GO] == -1
     comm.Barrier()
     assert checkpoint_files(run_dir) == []
     _teardown(comm, ctx, checkpointer, run_dir)
@@ -88,8 +90,8 @@ def test_every_rank_stops_saves_and_leaves_on_preemption():
     comm, ctx, checkpointer, run_dir = _setup()
     if ctx.rank == 0:
         checkpointer.reason = "preemption"
-        ctx.control.write(G.CHECKPOINT_EXIT, [1])
-        ctx.control.write(G.CHECKPOINT, [1])
+        ctx.table.write(G.CHECKPOINT_EXIT, [1])
+        ctx.table.write(G.CHECKPOINT, [1])
     comm.Barrier()
     with pytest.raises(Preempted):
         # servers report their steps, workers their clocks: the meta's cut

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpips.runtime.mpi_transport import ControlTable
+from mpips.runtime.mpi_transport import ControlWindow as ControlTable
 from mpips.runtime.state import S, publish_client_row
 
 WORKERS = 3
@@ -58,7 +58,7 @@ def test_stall_messages_name_the_server_that_holds_pushes_back():
 
     from mpi4py import MPI
 
-    from mpips.runtime.context import Context
+    from mpips.runtime.context import Context, Level
     from mpips.runtime.layout import Layout
 
     comm = MPI.COMM_WORLD
@@ -72,8 +72,9 @@ def test_stall_messages_name_the_server_that_holds_pushes_back():
             row[len(S):] = applied
             table.write(table.server_offset(s), row)
     comm.Barrier()
-    ctx = SimpleNamespace(control=table, layout=Layout(servers=2, group_servers=0, workers=2),
-                          clients="worker", client_ranks=(), servers="server", server_ranks=())
+    layout = Layout(servers=2, group_servers=0, workers=2)
+    ctx = SimpleNamespace(table=table, level=Level(None, table, tuple(layout.worker_ranks),
+                                                   tuple(layout.server_ranks), epoch_pushes=1))
     assert Context.describe_workers(ctx, [0, 1]) == (
         "worker 1 = rank 3 (clock 3); server 1 = rank 1 (applied 4 of 5 pushes of worker 0)")
     assert Context.describe_workers(ctx, [0]) == "server 1 = rank 1 (applied 4 of 5 pushes of worker 0)"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mpips.runtime.state import S
-from mpips.runtime.mpi_transport import ControlTable, ParameterStore
+from mpips.runtime.mpi_transport import ControlWindow as ControlTable, ParameterWindows as ParameterStore
 
 N = 100_003          # not a multiple of anything: uneven shards
 K = 40               # pushes per worker
@@ -275,7 +275,8 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     from mpi4py import MPI
 
     from mpips.config import load
-    from mpips.runtime.context import Context
+    from mpips.runtime.wait import WallClock
+    from mpips.runtime.context import Context, Level, Plan, Services
     from mpips.runtime.layout import Layout
     from mpips.runtime.wait import StallError
 
@@ -284,11 +285,12 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     workers = size - 1
     store = ParameterStore(comm, [0], N, clients=workers)
     table = ControlTable(comm, 0, workers, 1)
-    ctx = Context(config=load(overrides={"stall_timeout": 1.0, "stall_warn": 100.0}),   # the least allowed
-                  layout=Layout(1, 0, workers), comm=comm, role_comm=comm, rank=rank,
-                  role="worker" if rank else "server", index=max(rank - 1, 0), run_dir="",
-                  t0=0.0, store=store, control=table, log=None, paradigm=None, iterations=1,
-                  iterations_per_epoch=1, num_params=N)
+    config = load(overrides={"stall_timeout": 1.0, "stall_warn": 100.0})   # the least allowed
+    plan = Plan(config, Layout(1, 0, workers), run_dir="", iterations=1, iterations_per_epoch=1, epochs=1.0,
+                total_samples=0, num_params=N, sparse=False)
+    level = Level(store, table, client_ranks=tuple(range(1, size)), server_ranks=(0,), epoch_pushes=workers)
+    ctx = Context(plan, level, Services(None, WallClock(), None, table), None, rank,
+                  "worker" if rank else "server", max(rank - 1, 0))
     if rank == 1:
         assert ctx.wait_for_slot(0, 0) == 0.0            # the first push never waits
         with pytest.raises(StallError, match=r"worker 0's gradient slot for push 2.*"

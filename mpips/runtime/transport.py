@@ -1,0 +1,116 @@
+"""What the roles and the assembler use of a transport, as protocols (after
+wait.Clock), each transport in one module: MPI one-sided windows
+(mpi_transport.py, the one module that imports mpi4py) and in-process arrays
+under the virtual-time scheduler (local_transport.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from .state import TableView
+from .wait import Clock
+
+
+class ParameterStore(Protocol):
+    """The flat parameters sharded over a level's servers, and on each server
+    one gradient slot per client row (mpi_transport.ParameterWindows)."""
+
+    bounds: list[tuple[int, int]]
+    shard: np.ndarray                 # this server's shard (empty on a client)
+    world_server_ranks: list[int]     # for messages
+
+    def pull(self, out: np.ndarray) -> None: ...
+
+    def observe(self, out: np.ndarray) -> None: ...   # an evaluation's read
+
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None: ...
+
+    def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
+                    key: int = 0) -> None: ...
+
+    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int: ...
+
+    def publish(self) -> None: ...
+
+    # a checkpoint's copy of the slots (only MPI jobs take checkpoints)
+    def pending(self) -> dict: ...
+
+    def restore_pending(self, state: dict) -> None: ...
+
+
+class ControlTable(Protocol):
+    """A level's table of counters: these verbs, with state.TableLayout's
+    offsets and views (worker_offset, server_rows, view, ...)."""
+
+    workers: int
+    servers: int
+
+    def read(self) -> np.ndarray: ...
+
+    def read_cells(self, offsets: list[int]) -> np.ndarray: ...
+
+    def write(self, offset: int, values) -> None: ...
+
+    def add(self, offset: int, value: float) -> float: ...   # fetch-and-add
+
+    def is_home(self) -> bool: ...    # the table's memory is on this rank
+
+    def gate_answered(self, view: TableView, gate) -> None:
+        """A gate that read `view` did not pass (the simulator then checks it
+        again only once what it waits for changed; MPI polls: nothing)."""
+
+
+class Collectives(Protocol):
+    """What set-up and checkpoints exchange between the ranks of an MPI job,
+    each wait bounded by the stall timeout (mpi_transport.allgather_within)."""
+
+    rank: int
+    size: int
+
+    def allgather(self, value, *, what: str, name=str) -> list: ...
+
+    def bcast(self, value, root: int = 0): ...
+
+    def gather(self, value, root: int = 0) -> list | None: ...
+
+    def scatter(self, values: list | None, root: int = 0): ...
+
+    def barrier(self, wait: Callable) -> None: ...   # `wait(test)`: a role's wait on it
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """One level of servers: the world ranks with a handle on it (its servers
+    first), its servers, the rows of its table and the rows that push into
+    its store. `level`: 0 the global servers, 1 a group's."""
+
+    members: tuple[int, ...]
+    servers: tuple[int, ...]
+    table_rows: int
+    slot_rows: tuple[int, ...]
+    level: int = 0
+
+
+class Transport(Protocol):
+    """Makes the levels and runs the role bodies: MPI this rank's, the
+    simulator every rank's under its scheduler."""
+
+    ranks: list[int]           # the world ranks this process runs
+    clock: Clock
+
+    def level(self, specs: list[LevelSpec], *, n: int,
+              sparse: bool) -> dict[int, tuple[ParameterStore, ControlTable]]:
+        """Collective: (store, table) of `n` parameters for each of `ranks`
+        that is a member of one of the (disjoint) `specs`."""
+
+    def each(self, work: dict[int, Callable[[], float]]) -> np.ndarray:
+        """Run this process's ranks' `work` before the clock starts; every
+        world rank's result, nan where it had none."""
+
+    def run(self, bodies: dict[int, Callable], elapsed: float, name=str) -> dict:
+        """Start the clock (at `elapsed`: a resumed run's), run the bodies to
+        the end; their results by rank. `name(rank)`: a rank in messages."""
+
+    def total(self, counts: np.ndarray) -> np.ndarray: ...   # summed over the world
