@@ -114,6 +114,8 @@ class Config:
     value_measure: str = _f("bound", "VSGD: value staleness measure", VALUE_MEASURES)
     vsgd_rule: str = _f("max", "VSGD: lr/max(1,v) or lr/(1+lambda*v)", VSGD_RULES)
     vsgd_lambda: float = _f(1.0, "VSGD: lambda of the linear rule")
+    backup_workers: int = _f(1, "backup: b of the W workers are backups; a round is applied once its "
+                                "first W - b pushes are in, the rest dropped (0 = BSP)")
     # emulated heterogeneity -------------------------------------------------
     slowdown: str = _f("", "persistent slowdown factor per worker, e.g. 1,1,2,4, or FACTORxCOUNT items, "
                            "e.g. 1x48,2x12,4x4 (48 workers at 1, then 12 at 2, 4 at 4)")
@@ -178,6 +180,7 @@ class Config:
         _at_least(self, "straggler_rounds", 1)
         _at_least(self, "conservative_window", 1)
         _at_least(self, "momentum_ramp", 0)
+        _at_least(self, "backup_workers", 0)
         if not isinstance(self.seed, int) or not -2**63 <= self.seed < 2**64:
             # torch.manual_seed's range
             raise ConfigError("seed", self.seed, "must be an integer in [-2**63, 2**64)")
@@ -237,6 +240,13 @@ class Config:
         """The settings that name workers or depend on their number, parsed as
         the workers will; `workers` None: the syntax only (before the layout)."""
         self.slowdown_factors(workers)
+        if self.paradigm == "backup" and self.backup_workers:
+            if workers is not None and self.backup_workers >= workers:
+                raise ConfigError("backup_workers", self.backup_workers,
+                                  f"must be an integer in [0, {workers - 1}] (fewer than the {workers} workers)")
+            if self.servers != 1:
+                # each server would pick a round's first W - b pushes as they reach it
+                raise ConfigError("servers", self.servers, "must be 1 with backup workers (backup_workers > 0)")
         parse_stragglers(self.straggler, workers)
         parse_random_stragglers(self.random_stragglers, workers)
         parse_points(self.fail_at, "fail_at", workers)

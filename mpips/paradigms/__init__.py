@@ -27,6 +27,7 @@ REGISTRY: dict[str, str | type] = {
     "syncswitch": "syncswitch:SyncSwitch",
     "lbbsp": "lbbsp:LBBSP",
     "vsgd": "vsgd:VSGD",
+    "backup": "backup:Backup",
 }
 BUILT_IN = tuple(REGISTRY)
 

@@ -69,6 +69,19 @@ class Push:
     info: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Take:
+    """What a server does with the pushes waiting for it (`Paradigm.server_take`):
+    `apply` (W,) bool, the workers whose waiting push goes into this step;
+    `drop` (W,) bool, the workers whose waiting push is consumed and never
+    applied (too late for its round); `rounds` (W,), the round each waiting
+    push was computed for (logged with a drop)."""
+
+    apply: np.ndarray
+    drop: np.ndarray
+    rounds: np.ndarray
+
+
 class Paradigm:
     """Base class. Subclasses override what differs from plain ASP."""
 
@@ -162,6 +175,12 @@ class Paradigm:
         """Should a server apply what has arrived now? `consumed[j]` is the
         number of worker j's pushes this server already applied."""
         return bool((view.clocks > consumed).any())
+
+    def server_take(self, view: ClusterView, consumed: np.ndarray) -> Take | None:
+        """Which waiting pushes the step that `server_ready` allowed applies,
+        and which it drops; None (every paradigm but BSP with backup
+        workers): all of them, none dropped."""
+        return None
 
     def server_control(self, view: ClusterView) -> list[tuple[int, float, dict[str, Any]]]:
         """Server 0 asks this every loop: global control slots to set, as

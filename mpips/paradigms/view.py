@@ -41,13 +41,15 @@ class ClusterView:
                  path_length: float = 0.0,    # sum of norms of applied updates (VSGD bound)
                  update_norm_ema: float = 0.0,   # EMA of one full update's norm (servers' root-sum-square)
                  extras: np.ndarray | None = None,   # (W, 4) float: what each worker's extras() published
-                 slots: tuple[float, float] = (0.0, 0.0)):  # the global slots SLOT_EXTRA0, SLOT_EXTRA1
+                 slots: tuple[float, float] = (0.0, 0.0),   # the global slots SLOT_EXTRA0, SLOT_EXTRA1
+                 steps: int = 0):             # optimizer steps taken by the servers (min over servers)
         self.now = now
         self.clocks, self.applied, self.done = clocks, applied, done
         self.push_times, self.iter_times = push_times, iter_times
         self.updates, self.mode, self.mode_clock = updates, mode, mode_clock
         self.path_length, self.update_norm_ema = path_length, update_norm_ema
         self.extras, self.slots = extras, slots
+        self.steps = steps
 
     @property
     def num_workers(self) -> int:

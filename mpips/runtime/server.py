@@ -23,7 +23,8 @@ class Server:
         self.rule = rule
         self.grad = np.zeros_like(ctx.store.shard)
         self.consumed = np.zeros(ctx.table.workers, dtype=np.int64)  # per row of the table
-        self.pushes = 0                     # applied in all: consumed.sum()
+        self.pushes = 0                     # applied in all: consumed.sum() - dropped
+        self.dropped = 0                    # consumed, never applied (Paradigm.server_take)
         self.rejected = np.zeros(ctx.table.workers, dtype=np.int64)  # of those, rejected (sent nothing)
         self.steps = 0
         self.path = 0.0
@@ -103,6 +104,13 @@ class Server:
         ctx = self.ctx
         t = ctx.clock.perf_counter()
         target = view.clocks.copy()
+        take = ctx.paradigm.server_take(view, self.consumed)
+        if take is not None:
+            self.drop(view, take)
+            target = np.where(take.apply, target, self.consumed)
+            if not take.apply.any():
+                self.publish(done=False)
+                return
         new = int((target - self.consumed).sum())
         # A rejected push (NaN/Inf) ticks the clock and sends nothing: if they
         # are all that arrived since the last step, there is no gradient.
@@ -136,6 +144,19 @@ class Server:
                     momentum=rule.momentum)
         self.maybe_evaluate()
 
+    def drop(self, view, take) -> None:
+        """Consume the pushes `take` drops, too late for their round (BSP with
+        backup workers): never summed into any step, so their workers' next
+        pulls do not reflect them (read-your-writes does not hold for a
+        dropped push); the gates see them as consumed."""
+        ctx = self.ctx
+        for j in np.flatnonzero(take.drop):
+            self.dropped += 1
+            ctx.log.event(ctx.now(), "dropped_push", server=self.s, worker=int(j), clock=int(view.clocks[j]),
+                          round=int(take.rounds[j]), step=self.steps, dropped=self.dropped,
+                          note="never applied; read-your-writes does not hold for it")
+        self.consumed = np.where(take.drop, view.clocks, self.consumed)
+
     def skip(self, target: np.ndarray, rejected: np.ndarray, new: int) -> None:
         """Every push since the last step was rejected (NaN/Inf): they count
         as applied, so that gates pass, but no step is taken, since momentum
@@ -162,7 +183,7 @@ class Server:
         ctx = self.ctx
         state = {"shard": ctx.store.shard.copy(), "pending": ctx.store.pending(),
                  "optimizer": self.rule.state(), "consumed": self.consumed.copy(),
-                 "rejected": self.rejected.copy(), "steps": self.steps,
+                 "rejected": self.rejected.copy(), "dropped": self.dropped, "steps": self.steps,
                  "path": self.path, "norm_ema": [self.norm_ema.value, self.norm_ema.count],
                  "next_eval": self.next_eval}
         if self.evaluator is not None:
@@ -176,7 +197,8 @@ class Server:
         ctx.store.publish()
         self.rule.load_state(state["optimizer"])
         self.consumed = np.asarray(state["consumed"], dtype=np.int64)
-        self.pushes = int(self.consumed.sum())
+        self.dropped = int(state.get("dropped", 0))   # older checkpoints: none
+        self.pushes = int(self.consumed.sum()) - self.dropped
         self.rejected = np.asarray(state.get("rejected", self.rejected), dtype=np.int64)  # older checkpoints: none
         self.steps, self.path = int(state["steps"]), float(state["path"])
         self.norm_ema.value, self.norm_ema.count = float(state["norm_ema"][0]), int(state["norm_ema"][1])

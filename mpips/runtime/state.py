@@ -203,7 +203,7 @@ def _of_servers(col: int):
 
 
 _CLOCK, _DONE = int(W.CLOCK), int(W.DONE)   # plain ints: IntEnum arithmetic is slow
-_PUSHES, _PATH = int(S.PUSHES), int(S.PATH)
+_PUSHES, _PATH, _STEPS = int(S.PUSHES), int(S.PATH), int(S.STEPS)
 
 
 class TableView(ClusterView):
@@ -273,6 +273,10 @@ class TableView(ClusterView):
     @field(cells=_of_servers(int(S.PUSHES)))
     def updates(self) -> int:
         return int(self._server_column(_PUSHES).min())
+
+    @field(cells=_of_servers(int(S.STEPS)))
+    def steps(self) -> int:
+        return int(self._server_column(_STEPS).min())
 
     @field(cells=_of_servers(int(S.PATH)))
     def path_length(self) -> float:

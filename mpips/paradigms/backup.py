@@ -1,0 +1,76 @@
+"""BSP with backup workers (Chen et al. 2016, "Revisiting Distributed
+Synchronous SGD"): a round is applied once its first W - b pushes are in;
+the round's later pushes are dropped, and their workers go on with the next.
+
+A push belongs to the round its worker read: the servers' steps when its gate
+passed, published with the push (extras). A push of a round already applied
+is dropped: consumed, so its worker's gate passes and it pulls the new
+parameters, but never summed (the server logs a `dropped_push` event).
+
+Scale: every push is g_i / (W - b), so a round of its first W - b pushes sums
+to their mean. The last round of a global budget may have fewer pushes (the
+workers that found no samples are done): like BSP's, whose pushes are g_i / W,
+it is applied with what came, its step smaller by the samples missing.
+b = 0 is BSP: the same gate, rounds and scale.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Push, Take
+from .bsp import BSP
+from .gates import own_writes_gate
+
+
+class Backup(BSP):
+    name = "backup"
+
+    def __init__(self, config, num_workers: int):
+        super().__init__(config, num_workers)
+        self.backups = config.backup_workers
+        self.quorum = num_workers - self.backups
+        self.rounds: dict[int, int] = {}   # worker -> the round its next push is for
+
+    def gate(self, worker, view):
+        if not self.backups:
+            return super().gate(worker, view)
+        # Only its own push must be in (applied or dropped): waiting for the
+        # others' pushes is what backup workers save.
+        gate = own_writes_gate(worker, view)
+        if gate.ok:
+            self.rounds[worker] = view.steps
+        return gate
+
+    def push(self, worker, view, **_):
+        return Push(scale=1.0 / self.quorum)
+
+    def extras(self, worker, clock):
+        return (self.rounds.get(worker, 0),) if self.backups else ()
+
+    def server_ready(self, view, consumed):
+        if not self.backups:
+            return super().server_ready(view, consumed)
+        take = self.server_take(view, consumed)
+        return bool(take.apply.any() or take.drop.any())
+
+    def server_take(self, view, consumed):
+        if not self.backups:
+            return None
+        waiting = view.clocks > consumed
+        rounds = view.extras[:, 0].astype(np.int64)
+        late = waiting & (rounds < view.steps)
+        current = waiting & ~late
+        apply = np.zeros_like(current)
+        if current.sum() >= self.quorum:
+            # the first W - b in: by push time, then worker
+            first = sorted(np.flatnonzero(current), key=lambda j: (view.push_times[j, 0], j))[:self.quorum]
+            apply[first] = True
+        elif current.any() and (current | (view.done & ~waiting)).all():
+            apply = current   # the budget's end: no other worker will push for this round
+        return Take(apply=apply, drop=late, rounds=rounds)
+
+    def state(self):
+        return {"rounds": dict(self.rounds)}
+
+    def load_state(self, state):
+        self.rounds = {int(w): int(r) for w, r in state["rounds"].items()}

@@ -1,0 +1,67 @@
+"""The modern baselines in `mpips simulate`: BSP with backup workers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpips.cli import main
+from mpips.config import Config
+from tests.mpi.conftest import replayed_run
+from tests.sim.test_simulator import push_ends, simulate, tables
+
+
+def applied_rounds(log) -> tuple[list, set]:
+    """(rounds, dropped): each server step's pushes as replayed_run takes
+    them, a push in the first step that ends after it landed; and the
+    (worker, clock) of every dropped push, from the servers' events."""
+    dropped = {(e["worker"], e["clock"] - 1) for e in log.events("dropped_push")}
+    it = log.iterations
+    steps = np.sort(log.applies["time"])
+    rounds = [[] for _ in steps]
+    for r, end in zip(it, push_ends(it)):
+        if (int(r["worker"]), int(r["clock"])) not in dropped:
+            rounds[int(np.searchsorted(steps, end))].append(
+                (int(r["worker"]), int(r["sample"]), int(r["batch"]), float(r["scale"])))
+    return rounds, dropped
+
+
+def test_backup_without_backups_is_bsp_bit_for_bit(tmp_path):
+    flags = ("--workers", "4", "--slowdown", "1,1,2,4", "--epochs", "1")
+    bsp = simulate(tmp_path / "bsp", "--paradigm", "bsp", *flags)
+    backup = simulate(tmp_path / "backup", "--paradigm", "backup", "--backup-workers", "0", *flags)
+    assert np.array_equal(backup.final_params(), bsp.final_params())
+    assert tables(backup) == tables(bsp)
+    assert not backup.events("dropped_push")
+
+
+def test_backup_drops_late_pushes_and_applies_the_next_ones(tmp_path):
+    """Two workers at half speed, one backup (the default): each round is
+    applied with the first of the two slow pushes, the other is dropped,
+    its worker pulls the new parameters and its next push may make the next
+    round. The run is the replay of the applied rounds bit for bit, so no
+    dropped push was ever applied; each round has at most W - b pushes;
+    the last round, when the budget runs out, ends the run (no deadlock)."""
+    log = simulate(tmp_path / "run", "--paradigm", "backup", "--workers", "4", "--slowdown", "1,1,2,2",
+                   "--epochs", "1")
+    rounds, dropped = applied_rounds(log)
+    assert dropped and all(0 < len(r) <= 3 for r in rounds)
+    assert np.array_equal(log.final_params(), replayed_run(Config(**log.config), rounds))
+    applied = {(w, c) for w, c in ((int(r["worker"]), int(r["clock"])) for r in log.iterations)} - dropped
+    for worker in (2, 3):
+        drops = sorted(c for w, c in dropped if w == worker)
+        assert drops and any((worker, c + 1) in applied for c in drops), worker
+    events = log.events("dropped_push")
+    assert all(e["round"] < e["step"] and "read-your-writes" in e["note"] for e in events)
+    assert {e["worker"] for e in events} == {2, 3}
+
+
+@pytest.mark.parametrize("flags,field", [
+    (("--backup-workers", "4"), "backup_workers"),
+    (("--backup-workers=-1",), "backup_workers"),
+    (("--servers", "2"), "servers"),
+])
+def test_backup_settings_are_one_line_errors(tmp_path, capsys, flags, field):
+    assert main(["simulate", "--run-dir", str(tmp_path / "run"), "--paradigm", "backup", "--workers", "4",
+                 *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"mpips: error: invalid {field}="), err
