@@ -30,6 +30,7 @@ VSGD_GATES = ("ssp", "asp")
 VALUE_MEASURES = ("exact", "bound")
 BUDGETS = ("global", "per-worker")
 ASYNC_MOMENTUM = ("compensated", "as-set")
+LOCAL_MODES = ("sync", "async")
 MAX_SYNTHETIC = 10_000_000   # samples of the synthetic dataset (64 floats each, on every rank)
 MAX_MNIST1D = 1_000_000      # samples of mnist1d (made in about 2 minutes per million, once)
 MIN_STALL_TIMEOUT = 1.0      # seconds
@@ -116,6 +117,16 @@ class Config:
     vsgd_lambda: float = _f(1.0, "VSGD: lambda of the linear rule")
     backup_workers: int = _f(1, "backup: b of the W workers are backups; a round is applied once its "
                                 "first W - b pushes are in, the rest dropped (0 = BSP)")
+    local_steps: int = _f(8, "localsgd: local steps H of each worker between pushes")
+    outer_lr: float = _f(0.7, "localsgd: the servers' outer learning rate (1 with outer-momentum 0: "
+                              "model averaging)")
+    outer_momentum: float = _f(0.9, "localsgd: the outer Nesterov momentum (0: plain outer SGD)")
+    local_mode: str = _f("sync", "localsgd: sync = the servers step once all W pseudo-gradients of a "
+                                 "round are in; async = each applied when it arrives", LOCAL_MODES)
+    delayed_nesterov: int = _f(1, "localsgd async: apply the outer momentum every N updates, plain SGD "
+                                  "steps in between (1: every update)")
+    dylu: bool = _f(False, "localsgd async: dynamic local updates, H_i = H x v_i / max_j v_j from "
+                           "measured speeds")
     # emulated heterogeneity -------------------------------------------------
     slowdown: str = _f("", "persistent slowdown factor per worker, e.g. 1,1,2,4, or FACTORxCOUNT items, "
                            "e.g. 1x48,2x12,4x4 (48 workers at 1, then 12 at 2, 4 at 4)")
@@ -181,6 +192,23 @@ class Config:
         _at_least(self, "conservative_window", 1)
         _at_least(self, "momentum_ramp", 0)
         _at_least(self, "backup_workers", 0)
+        _at_least(self, "local_steps", 1)
+        _at_least(self, "delayed_nesterov", 1)
+        _positive(self, "outer_lr")
+        _unit(self, "outer_momentum", 0.0, 1.0, closed=False)
+        if self.paradigm == "localsgd" and self.budget != "global":
+            raise ConfigError("budget", self.budget, "must be global with localsgd (its workers claim "
+                                                     "the batches of their local steps)")
+        if self.paradigm == "localsgd" and (self.fail_at or self.nan_at):
+            raise ConfigError("fail_at" if self.fail_at else "nan_at", self.fail_at or self.nan_at,
+                              "not with localsgd (its workers take local steps)")
+        if self.paradigm == "localsgd" and self.local_mode == "sync":
+            if self.dylu:
+                raise ConfigError("dylu", self.dylu, "only with local_mode async (a synchronous round "
+                                                     "waits for every worker)")
+            if self.delayed_nesterov != 1:
+                raise ConfigError("delayed_nesterov", self.delayed_nesterov, "must be 1 unless local_mode "
+                                                                             "is async")
         if not isinstance(self.seed, int) or not -2**63 <= self.seed < 2**64:
             # torch.manual_seed's range
             raise ConfigError("seed", self.seed, "must be an integer in [-2**63, 2**64)")

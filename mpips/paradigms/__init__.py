@@ -28,6 +28,7 @@ REGISTRY: dict[str, str | type] = {
     "lbbsp": "lbbsp:LBBSP",
     "vsgd": "vsgd:VSGD",
     "backup": "backup:Backup",
+    "localsgd": "localsgd:LocalSGD",
 }
 BUILT_IN = tuple(REGISTRY)
 

@@ -87,6 +87,9 @@ class Paradigm:
 
     name = "base"
     wants_exact_distance = False   # the worker measures ||w_now - w_read|| for push()
+    # Workers take local steps with an optimizer of their own and push
+    # pseudo-gradients (runtime/local_worker.py); the servers apply the outer rule.
+    local_sgd = False
 
     def __init__(self, config, num_workers: int):
         self.config = config
@@ -110,6 +113,10 @@ class Paradigm:
     def batch_size(self, worker: int, view: ClusterView) -> int:
         """Samples in this worker's next batch."""
         return self.config.batch_size
+
+    def local_steps(self, worker: int, view: ClusterView) -> int:
+        """Local steps of `worker`'s next push (a paradigm with `local_sgd`)."""
+        return 1
 
     @classmethod
     def group_servers(cls, config) -> int:

@@ -8,11 +8,12 @@ import numpy as np
 from ..io.log import write_run_end
 from ..training.data import GlobalStream, WorkerShard
 from ..training.flatmodel import FlatModel
-from ..training.optim import Sum, server_rule
+from ..training.optim import Sum, outer_rule, server_rule
 from .budget import ShardBudget, SharedBudget
 from .context import Context
 from .evaluator import Evaluator
 from .layout import SERVER, WORKER
+from .local_worker import LocalWorker
 from .server import Server
 from .state import G
 from .worker import FaultyWorker, Worker
@@ -30,7 +31,9 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Non
         inline = index == 0 and not ctx.layout.evaluators
         evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if inline else None
         # under a second level of servers, the global ones sum the groups' deltas
+        # (Local SGD: the outer rule on the pseudo-gradients)
         rule = (Sum(ctx.store.shard) if ctx.layout.group_servers
+                else outer_rule(ctx.config, ctx.store.shard) if ctx.paradigm.local_sgd
                 else server_rule(ctx.config, ctx.store.shard, total_epochs=ctx.plan.epochs))
         server = Server(ctx, rule, evaluator)
         ctx.checkpointer.restore(ctx, server)
@@ -42,7 +45,8 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Non
         return serve
     if role == WORKER:
         faulty = ctx.config.fail_at or ctx.config.nan_at   # (tests' options)
-        worker = (FaultyWorker if faulty else Worker)(ctx, flat, worker_budget(ctx, data))
+        kind = FaultyWorker if faulty else LocalWorker if ctx.paradigm.local_sgd else Worker
+        worker = kind(ctx, flat, worker_budget(ctx, data))
         ctx.checkpointer.restore(ctx, worker)
 
         def work():

@@ -107,7 +107,7 @@ class Worker:
         t = clock.perf_counter()
         read_updates, read_path = self._pull(view)
         pull_time = clock.perf_counter() - t
-        loss, compute, slept, overrun = self.emulated_compute(it, batch)
+        loss, compute, slept, overrun, batch = self.compute(it, batch, view)
         t = clock.perf_counter()
         at_push, decision = self._decide(batch, read_updates, read_path)
         sent = self._send(it, batch, view, at_push, decision.scale)
@@ -186,6 +186,12 @@ class Worker:
         self.push_times = [ctx.now(), self.push_times[0]]
         self.busy = busy
         self.publish()
+
+    def compute(self, it: int, batch, view):
+        """What is pushed, computed from the pulled parameters: here the
+        gradient of `batch` (runtime/local_worker.py: local steps); (loss,
+        seconds, of them slept, overrun, the batch the push stands for)."""
+        return (*self.emulated_compute(it, batch), batch)
 
     def emulated_compute(self, it: int, batch) -> tuple[float, float, float, bool]:
         """The real forward/backward, then the emulated device's time slept
@@ -285,6 +291,12 @@ class FaultyWorker(Worker):
         cfg = ctx.config
         self.fail_at = {it for w, it in parse_points(cfg.fail_at, "fail_at") if w == self.i}
         self.nan_at = {it for w, it in parse_points(cfg.nan_at, "nan_at") if w == self.i}
+
+    def compute(self, it: int, batch, view):
+        """What is pushed, computed from the pulled parameters: here the
+        gradient of `batch` (runtime/local_worker.py: local steps); (loss,
+        seconds, of them slept, overrun, the batch the push stands for)."""
+        return (*self.emulated_compute(it, batch), batch)
 
     def emulated_compute(self, it: int, batch):
         if it in self.fail_at:

@@ -86,6 +86,50 @@ class Sum(SGD):
         super().__init__(shard, Schedule(1.0))
 
 
+class Outer(SGD):
+    """DiLoCo's outer step on the summed pseudo-gradients (Local SGD's
+    workers push (w_pulled - w_i) / W): SGD with Nesterov momentum; lr 1 and
+    momentum 0 is model averaging (Local SGD). `delay` N > 1 is Delayed
+    Nesterov (Liu et al. 2024): the momentum buffer takes the mean of the
+    last N pseudo-gradients and is applied with every N-th update only,
+    plain SGD steps in between; N = 1 is Nesterov's step."""
+
+    def __init__(self, shard: np.ndarray, lr: float, *, momentum: float, delay: int = 1):
+        super().__init__(shard, Schedule(lr), momentum=momentum, nesterov=True)
+        self.delay = delay
+        self.updates = 0
+        self._since = torch.zeros_like(self.param) if delay > 1 else None  # pseudo-gradients since the buffer's last update
+
+    def step(self, grad: np.ndarray, lr: float) -> float:
+        if self.delay == 1:
+            return super().step(grad, lr)
+        g = torch.from_numpy(grad)
+        self.updates += 1
+        self._since.add_(g)
+        m = self.momentum
+        if self.updates % self.delay or not m:
+            self.param.add_(g, alpha=-lr)
+            return lr * float(torch.linalg.vector_norm(g))
+        self._since.div_(self.delay)
+        if self._buf is None:
+            self._buf = self._since.clone()
+        else:
+            self._buf.mul_(m).add_(self._since)
+        self._since.zero_()
+        d_p = g.add(self._buf, alpha=m)
+        self.param.add_(d_p, alpha=-lr)
+        return lr * float(torch.linalg.vector_norm(d_p))
+
+    def state(self) -> dict:
+        return {**super().state(), "updates": self.updates, "since": self._since}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.updates = int(state["updates"])
+        if state["since"] is not None:
+            self._since = torch.as_tensor(state["since"], dtype=torch.float32).clone()
+
+
 class Adam:
     """torch's Adam; its momentum is beta1 (logged, never changed).
     `momentum`: the configured one, from which a paradigm's asynchrony
@@ -122,6 +166,23 @@ class Adam:
 
     def load_state(self, state: dict) -> None:
         self._adam.load_state_dict(state["adam"])
+
+
+def outer_rule(config, shard: np.ndarray) -> Outer:
+    """Local SGD's outer rule on `shard` (`optimizer` is then the workers' inner one)."""
+    delay = config.delayed_nesterov if config.local_mode == "async" else 1
+    return Outer(shard, config.outer_lr, momentum=config.outer_momentum, delay=delay)
+
+
+def inner_optimizer(config, params: np.ndarray, grads: np.ndarray) -> torch.optim.Optimizer:
+    """A Local SGD worker's own optimizer, stepping `params` in place with
+    `grads` (both host arrays): SGD with momentum, or AdamW."""
+    p = torch.nn.Parameter(torch.from_numpy(params))   # shares the array's memory
+    p.grad = torch.from_numpy(grads)
+    if config.optimizer == "sgd":
+        return torch.optim.SGD([p], lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
+                               weight_decay=config.weight_decay)
+    return torch.optim.AdamW([p], lr=config.lr, weight_decay=config.weight_decay)
 
 
 def server_rule(config, shard: np.ndarray, *, total_epochs: float | None = None) -> SGD | Adam:

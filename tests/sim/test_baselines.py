@@ -6,7 +6,7 @@ import pytest
 
 from mpips.cli import main
 from mpips.config import Config
-from tests.mpi.conftest import replayed_run
+from tests.mpi.conftest import replayed_run, uneven_sgd_oracle
 from tests.sim.test_simulator import push_ends, simulate, tables
 
 
@@ -65,3 +65,46 @@ def test_backup_settings_are_one_line_errors(tmp_path, capsys, flags, field):
                  *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"mpips: error: invalid {field}="), err
+
+
+# -- Local SGD and DiLoCo ------------------------------------------------------------------
+
+def test_localsgd_of_one_sgd_step_averaged_is_bsp(tmp_path):
+    """Synchronous, H = 1, inner SGD without momentum, outer SGD lr 1: each
+    round is BSP's mean gradient step (up to float: the workers' steps are
+    averaged as parameters)."""
+    flags = ("--workers", "4", "--slowdown", "1,1,2,4", "--epochs", "1", "--momentum", "0")
+    bsp = simulate(tmp_path / "bsp", "--paradigm", "bsp", *flags)
+    local = simulate(tmp_path / "local", "--paradigm", "localsgd", "--local-steps", "1", "--outer-lr", "1",
+                     "--outer-momentum", "0", *flags)
+    assert len(local.applies) == len(bsp.applies)
+    assert np.abs(local.final_params() - bsp.final_params()).max() < 1e-6
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_localsgd_of_one_worker_is_sequential_sgd(tmp_path, mode):
+    """One worker, H = 8 local steps of SGD with momentum 0.9, outer lr 1 and
+    no outer momentum: torch's SGD on the same batches, the momentum kept
+    across pushes."""
+    log = simulate(tmp_path / "run", "--paradigm", "localsgd", "--local-mode", mode, "--workers", "1",
+                   "--iterations", "4", "--outer-lr", "1", "--outer-momentum", "0", "--lr", "0.1", "--seed", "3")
+    config = Config(**log.config)
+    steps = [e["local_steps"] for e in log.events("local_push")]
+    assert steps == [8] * 4
+    expected = uneven_sgd_oracle(config, np.full((32, 1), config.batch_size))
+    assert np.abs(log.final_params() - expected).max() < 1e-6
+
+
+def test_dylu_workers_push_at_one_pace(tmp_path):
+    """Asynchronous DyLU on workers of speeds 1, 1, 1/2, 1/4: local steps
+    H x v_i / max v (8, 8, 4, 2), so every worker pushes about as often."""
+    log = simulate(tmp_path / "run", "--paradigm", "localsgd", "--local-mode", "async", "--dylu",
+                   "--workers", "4", "--slowdown", "1,1,2,4", "--epochs", "3")
+    pushes = log.events("local_push")
+    rate, steps = [], []
+    for w in range(4):
+        mine = [e for e in pushes if e["worker"] == w][1:]   # after the first: speeds measured
+        steps.append(np.median([e["local_steps"] for e in mine]))
+        rate.append((len(mine) - 1) / (mine[-1]["time"] - mine[0]["time"]))
+    assert steps == [8, 8, 4, 2]
+    assert max(rate) / min(rate) < 1.2, rate

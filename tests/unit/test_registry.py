@@ -38,7 +38,7 @@ def every():
 
 def test_configuration_choices_are_the_registry():
     assert config.PARADIGMS is REGISTRY
-    assert set(BUILT_IN) == {"bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd", "backup"}
+    assert set(BUILT_IN) == {"bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd", "backup", "localsgd"}
     with pytest.raises(ConfigError, match="invalid paradigm='every': allowed: bsp, asp"):
         Config(paradigm="every")
 
