@@ -117,6 +117,8 @@ class Config:
     vsgd_lambda: float = _f(1.0, "VSGD: lambda of the linear rule")
     backup_workers: int = _f(1, "backup: b of the W workers are backups; a round is applied once its "
                                 "first W - b pushes are in, the rest dropped (0 = BSP)")
+    grace_window: float = _f(0.0, "backup: seconds the server waits, once a round's first W - b pushes "
+                                  "are in, for more of that round (0 = none)")
     local_steps: int = _f(8, "localsgd: local steps H of each worker between pushes")
     outer_lr: float = _f(0.7, "localsgd: the servers' outer learning rate (1 with outer-momentum 0: "
                               "model averaging)")
@@ -192,6 +194,8 @@ class Config:
         _at_least(self, "conservative_window", 1)
         _at_least(self, "momentum_ramp", 0)
         _at_least(self, "backup_workers", 0)
+        if self.grace_window < 0:
+            raise ConfigError("grace_window", self.grace_window, "must be >= 0 (seconds)")
         _at_least(self, "local_steps", 1)
         _at_least(self, "delayed_nesterov", 1)
         _positive(self, "outer_lr")

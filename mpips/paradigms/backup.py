@@ -8,7 +8,11 @@ is dropped: consumed, so its worker's gate passes and it pulls the new
 parameters, but never summed (the server logs a `dropped_push` event).
 
 Scale: every push is g_i / (W - b), so a round of its first W - b pushes sums
-to their mean. The last round of a global budget may have fewer pushes (the
+to their mean. With a grace window (`grace_window` seconds), the server waits
+that long after the (W - b)-th push of a round for more of it (the whole
+window, unless every worker's push is in: the simulator wakes a waiting
+server only on a write), then applies every push of the round in by then, k
+of them, scaled (W - b) / k: again their mean. The last round of a global budget may have fewer pushes (the
 workers that found no samples are done): like BSP's, whose pushes are g_i / W,
 it is applied with what came, its step smaller by the samples missing.
 b = 0 is BSP: the same gate, rounds and scale.
@@ -29,6 +33,7 @@ class Backup(BSP):
         super().__init__(config, num_workers)
         self.backups = config.backup_workers
         self.quorum = num_workers - self.backups
+        self.grace = config.grace_window
         self.rounds: dict[int, int] = {}   # worker -> the round its next push is for
 
     def gate(self, worker, view):
@@ -51,7 +56,7 @@ class Backup(BSP):
         if not self.backups:
             return super().server_ready(view, consumed)
         take = self.server_take(view, consumed)
-        return bool(take.apply.any() or take.drop.any())
+        return bool(take.apply.any() or take.drop.any() or take.wait > 0)
 
     def server_take(self, view, consumed):
         if not self.backups:
@@ -61,11 +66,21 @@ class Backup(BSP):
         late = waiting & (rounds < view.steps)
         current = waiting & ~late
         apply = np.zeros_like(current)
+        # every worker that could still push for this round has
+        complete = (current | (view.done & ~waiting)).all()
         if current.sum() >= self.quorum:
             # the first W - b in: by push time, then worker
-            first = sorted(np.flatnonzero(current), key=lambda j: (view.push_times[j, 0], j))[:self.quorum]
-            apply[first] = True
-        elif current.any() and (current | (view.done & ~waiting)).all():
+            arrived = sorted(np.flatnonzero(current), key=lambda j: (view.push_times[j, 0], j))
+            remaining = view.push_times[arrived[self.quorum - 1], 0] + self.grace - view.now
+            if remaining > 0 and not complete:
+                return Take(apply=apply, drop=late, rounds=rounds, wait=remaining)
+            if self.grace:
+                # every push of the round in by the window's end, their mean
+                apply, scale = current, self.quorum / int(current.sum())
+            else:
+                apply[arrived[:self.quorum]], scale = True, 1.0
+            return Take(apply=apply, drop=late, rounds=rounds, scale=scale)
+        if current.any() and complete:
             apply = current   # the budget's end: no other worker will push for this round
         return Take(apply=apply, drop=late, rounds=rounds)
 

@@ -75,11 +75,15 @@ class Take:
     `apply` (W,) bool, the workers whose waiting push goes into this step;
     `drop` (W,) bool, the workers whose waiting push is consumed and never
     applied (too late for its round); `rounds` (W,), the round each waiting
-    push was computed for (logged with a drop)."""
+    push was computed for (logged with a drop); `scale`, the factor of the
+    summed pushes; `wait`, seconds to wait before deciding again (nothing
+    applied meanwhile)."""
 
     apply: np.ndarray
     drop: np.ndarray
     rounds: np.ndarray
+    scale: float = 1.0
+    wait: float = 0.0
 
 
 class Paradigm:

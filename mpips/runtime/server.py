@@ -110,6 +110,8 @@ class Server:
             target = np.where(take.apply, target, self.consumed)
             if not take.apply.any():
                 self.publish(done=False)
+                if take.wait > 0:
+                    ctx.clock.sleep(take.wait)
                 return
         new = int((target - self.consumed).sum())
         # A rejected push (NaN/Inf) ticks the clock and sends nothing: if they
@@ -121,6 +123,8 @@ class Server:
             return
         self.rejected = rejected
         ctx.store.take_gradient(self.grad, target, self.consumed)
+        if take is not None and take.scale != 1.0:
+            self.grad *= take.scale
         rule = self.rule
         lr, momentum = ctx.paradigm.server_step(rule.schedule(ctx.epochs_of(self.pushes)),
                                                 rule.base_momentum, view)

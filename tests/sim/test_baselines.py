@@ -59,8 +59,15 @@ def test_backup_drops_late_pushes_and_applies_the_next_ones(tmp_path):
     (("--backup-workers", "4"), "backup_workers"),
     (("--backup-workers=-1",), "backup_workers"),
     (("--servers", "2"), "servers"),
+    (("--grace-window=-1",), "grace_window"),
+    (("--paradigm", "localsgd", "--dylu"), "dylu"),
+    (("--paradigm", "localsgd", "--delayed-nesterov", "4"), "delayed_nesterov"),
+    (("--paradigm", "localsgd", "--budget", "per-worker"), "budget"),
+    (("--paradigm", "localsgd", "--local-steps", "0"), "local_steps"),
+    (("--paradigm", "localsgd", "--outer-momentum", "1"), "outer_momentum"),
+    (("--paradigm", "localsgd", "--local-mode", "sometimes"), "local_mode"),
 ])
-def test_backup_settings_are_one_line_errors(tmp_path, capsys, flags, field):
+def test_baseline_settings_are_one_line_errors(tmp_path, capsys, flags, field):
     assert main(["simulate", "--run-dir", str(tmp_path / "run"), "--paradigm", "backup", "--workers", "4",
                  *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -108,3 +115,18 @@ def test_dylu_workers_push_at_one_pace(tmp_path):
         rate.append((len(mine) - 1) / (mine[-1]["time"] - mine[0]["time"]))
     assert steps == [8, 8, 4, 2]
     assert max(rate) / min(rate) < 1.2, rate
+
+
+def test_a_grace_window_takes_the_round_s_later_pushes_as_their_mean(tmp_path):
+    """Two workers at half speed, one backup, a grace window longer than the
+    two slow pushes are apart: every round waits for the second of them, so
+    nothing is dropped and each step is the mean of all four pushes, BSP's
+    (to float: the pushes are g_i / 3, their sum scaled 3/4). Whole rounds
+    only (--iterations): a last round of 3 would be their mean here, and
+    BSP's sum / 4."""
+    flags = ("--workers", "4", "--slowdown", "1,1,2,2", "--iterations", "20")
+    bsp = simulate(tmp_path / "bsp", "--paradigm", "bsp", *flags)
+    grace = simulate(tmp_path / "grace", "--paradigm", "backup", "--grace-window", "0.01", *flags)
+    assert not grace.events("dropped_push")
+    assert np.array_equal(grace.applies["pushes"], bsp.applies["pushes"])
+    assert np.abs(grace.final_params() - bsp.final_params()).max() < 1e-6
