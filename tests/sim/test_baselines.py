@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from mpips.cli import main
 from mpips.config import Config
+from mpips.training.data import GlobalStream, load_dataset
+from mpips.training.models import build_model
 from tests.mpi.conftest import replayed_run, uneven_sgd_oracle
 from tests.sim.test_simulator import push_ends, simulate, tables
 
@@ -99,6 +102,27 @@ def test_localsgd_of_one_worker_is_sequential_sgd(tmp_path, mode):
     steps = [e["local_steps"] for e in log.events("local_push")]
     assert steps == [8] * 4
     expected = uneven_sgd_oracle(config, np.full((32, 1), config.batch_size))
+    assert np.abs(log.final_params() - expected).max() < 1e-6
+
+
+def test_localsgd_of_one_worker_with_adamw_is_sequential_adamw(tmp_path):
+    """As above with the inner AdamW (weight decay 0.01): torch's AdamW on
+    the same batches, its moments kept across pushes."""
+    log = simulate(tmp_path / "run", "--paradigm", "localsgd", "--workers", "1", "--iterations", "4",
+                   "--optimizer", "adam", "--lr", "0.01", "--weight-decay", "0.01", "--outer-lr", "1",
+                   "--outer-momentum", "0", "--seed", "3")
+    config = Config(**log.config)
+    data = load_dataset(config)
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, data.input_shape, data.num_classes)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.01)
+    stream = GlobalStream(data.x_train, data.y_train, config.seed)
+    for k in range(32):
+        x, y = stream.batch(k * config.batch_size, config.batch_size)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    expected = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
     assert np.abs(log.final_params() - expected).max() < 1e-6
 
 
