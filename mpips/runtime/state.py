@@ -347,6 +347,7 @@ class TableView(ClusterView):
 
 @functools.cache
 def _cluster_fields(view_class) -> list:
-    """(name, cells) of a view class's fields that read more than workers' rows."""
-    return [(f.name, f.cells) for k in reversed(view_class.__mro__) for f in vars(k).values()
-            if isinstance(f, _Field) and f.cells is not PER_WORKER]
+    """(name, cells) of a view class's fields that read more than workers' rows
+    (a field a subclass redefines, once: its own)."""
+    fields = {f.name: f for k in reversed(view_class.__mro__) for f in vars(k).values() if isinstance(f, _Field)}
+    return [(name, f.cells) for name, f in fields.items() if f.cells is not PER_WORKER]
