@@ -13,7 +13,8 @@ interval; `delayed_nesterov` is the outer rule's.
 from __future__ import annotations
 
 from .base import Paradigm
-from .bsp import BSP
+from .bsp import round_complete
+from .gates import bounded_gate
 
 
 class LocalSGD(Paradigm):
@@ -31,17 +32,20 @@ class LocalSGD(Paradigm):
         return self.num_workers * self.config.batch_size * self.config.local_steps
 
     def local_steps(self, worker, view) -> int:
-        speeds = view.extras[:, 0]
         steps = self.config.local_steps
-        if not self.config.dylu or not (speeds > 0).all():
-            return steps   # (until every worker has measured its speed)
+        if not self.config.dylu:
+            return steps
+        speeds = view.extras[:, 0]
+        if not (speeds > 0).all():
+            return steps   # until every worker has measured its speed
         return max(1, int(round(steps * speeds[worker] / speeds.max())))
 
     def gate(self, worker, view):
-        return BSP.gate(self, worker, view) if self.sync else super().gate(worker, view)
+        # BSP's, or read-your-writes
+        return bounded_gate(worker, view, 0) if self.sync else super().gate(worker, view)
 
     def server_ready(self, view, consumed):
-        return BSP.server_ready(self, view, consumed) if self.sync else super().server_ready(view, consumed)
+        return round_complete(view, consumed) if self.sync else super().server_ready(view, consumed)
 
     def synchronous(self, view):
         return self.sync

@@ -98,7 +98,8 @@ class Outer(SGD):
         super().__init__(shard, Schedule(lr), momentum=momentum, nesterov=True)
         self.delay = delay
         self.updates = 0
-        self._since = torch.zeros_like(self.param) if delay > 1 else None  # pseudo-gradients since the buffer's last update
+        # the pseudo-gradients since the buffer's last update
+        self._since = torch.zeros_like(self.param) if delay > 1 else None
 
     def step(self, grad: np.ndarray, lr: float) -> float:
         if self.delay == 1:
