@@ -23,8 +23,8 @@ class Server:
         self.rule = rule
         self.grad = np.zeros_like(ctx.store.shard)
         self.consumed = np.zeros(ctx.table.workers, dtype=np.int64)  # per row of the table
-        self.pushes = 0                     # applied in all: consumed.sum() - dropped
-        self.dropped = 0                    # consumed, never applied (Paradigm.server_take)
+        self.pushes = 0                     # applied in all: consumed.sum() - dropped.sum()
+        self.dropped = np.zeros(ctx.table.workers, dtype=np.int64)  # consumed, never applied (server_take)
         self.rejected = np.zeros(ctx.table.workers, dtype=np.int64)  # of those, rejected (sent nothing)
         self.steps = 0
         self.path = 0.0
@@ -155,9 +155,9 @@ class Server:
         dropped push); the gates see them as consumed."""
         ctx = self.ctx
         for j in np.flatnonzero(take.drop):
-            self.dropped += 1
+            self.dropped[j] += 1
             ctx.log.event(ctx.now(), "dropped_push", server=self.s, worker=int(j), clock=int(view.clocks[j]),
-                          round=int(take.rounds[j]), step=self.steps, dropped=self.dropped,
+                          round=int(take.rounds[j]), step=self.steps, dropped=int(self.dropped[j]),
                           note="never applied; read-your-writes does not hold for it")
         self.consumed = np.where(take.drop, view.clocks, self.consumed)
 
@@ -187,7 +187,7 @@ class Server:
         ctx = self.ctx
         state = {"shard": ctx.store.shard.copy(), "pending": ctx.store.pending(),
                  "optimizer": self.rule.state(), "consumed": self.consumed.copy(),
-                 "rejected": self.rejected.copy(), "dropped": self.dropped, "steps": self.steps,
+                 "rejected": self.rejected.copy(), "dropped": self.dropped.copy(), "steps": self.steps,
                  "path": self.path, "norm_ema": [self.norm_ema.value, self.norm_ema.count],
                  "next_eval": self.next_eval}
         if self.evaluator is not None:
@@ -201,8 +201,8 @@ class Server:
         ctx.store.publish()
         self.rule.load_state(state["optimizer"])
         self.consumed = np.asarray(state["consumed"], dtype=np.int64)
-        self.dropped = int(state.get("dropped", 0))   # older checkpoints: none
-        self.pushes = int(self.consumed.sum()) - self.dropped
+        self.dropped = np.asarray(state.get("dropped", self.dropped), dtype=np.int64)  # older checkpoints: none
+        self.pushes = int(self.consumed.sum() - self.dropped.sum())
         self.rejected = np.asarray(state.get("rejected", self.rejected), dtype=np.int64)  # older checkpoints: none
         self.steps, self.path = int(state["steps"]), float(state["path"])
         self.norm_ema.value, self.norm_ema.count = float(state["norm_ema"][0]), int(state["norm_ema"][1])

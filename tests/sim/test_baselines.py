@@ -56,6 +56,9 @@ def test_backup_drops_late_pushes_and_applies_the_next_ones(tmp_path):
     events = log.events("dropped_push")
     assert all(e["round"] < e["step"] and "read-your-writes" in e["note"] for e in events)
     assert {e["worker"] for e in events} == {2, 3}
+    for worker in (2, 3):   # counted per worker
+        counts = [e["dropped"] for e in events if e["worker"] == worker]
+        assert counts == list(range(1, len(counts) + 1))
 
 
 @pytest.mark.parametrize("flags,field", [
