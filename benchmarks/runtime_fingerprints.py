@@ -26,9 +26,7 @@ from mpips.paradigms import available
 
 NAME = "runtime_fingerprints"
 MIX = ["--slowdown", "1,1,1,1,2,2,4,4", "--straggler", "1:10:10:4", "--evaluator", "--seed", "1"]
-# backup workers need one server (docs/paradigms.md): a paradigm's flags come last and win
-SIMULATED = ([[p] for p in available() if p != "backup"] + [["gssp", "--compressor", "gdtopk"]]
-             + [["backup", "--servers", "1"]])
+SIMULATED = [[p] for p in available()] + [["gssp", "--compressor", "gdtopk"]]
 MPI_WORKERS = 4
 TABLES = ("iterations", "applies", "evaluations", "exchanges")   # exchanges: GSSP's
 
@@ -54,8 +52,8 @@ def _run(cmd: list[str], env: dict | None = None) -> None:
 
 def simulated(paradigm: list[str], tmp: str, iterations: int) -> dict:
     run_dir = os.path.join(tmp, "-".join(paradigm))
-    _run([sys.executable, "-m", "mpips", "simulate", "--paradigm", paradigm[0], "--workers", "8",
-          "--servers", "2", "--iterations", str(iterations), *MIX, *paradigm[1:], "--run-dir", run_dir])
+    _run([sys.executable, "-m", "mpips", "simulate", "--paradigm", *paradigm, "--workers", "8",
+          "--servers", "2", "--iterations", str(iterations), *MIX, "--run-dir", run_dir])
     return fingerprint(run_dir)
 
 

@@ -272,13 +272,9 @@ class Config:
         """The settings that name workers or depend on their number, parsed as
         the workers will; `workers` None: the syntax only (before the layout)."""
         self.slowdown_factors(workers)
-        if self.paradigm == "backup" and self.backup_workers:
-            if workers is not None and self.backup_workers >= workers:
-                raise ConfigError("backup_workers", self.backup_workers,
-                                  f"must be an integer in [0, {workers - 1}] (fewer than the {workers} workers)")
-            if self.servers != 1:
-                # each server would pick a round's first W - b pushes as they reach it
-                raise ConfigError("servers", self.servers, "must be 1 with backup workers (backup_workers > 0)")
+        if self.paradigm == "backup" and workers is not None and self.backup_workers >= workers:
+            raise ConfigError("backup_workers", self.backup_workers,
+                              f"must be an integer in [0, {workers - 1}] (fewer than the {workers} workers)")
         parse_stragglers(self.straggler, workers)
         parse_random_stragglers(self.random_stragglers, workers)
         parse_points(self.fail_at, "fail_at", workers)

@@ -644,7 +644,7 @@ class RunLog:
             "bytes_sent": int(it["bytes_sent"].sum()) if len(it) else 0,
             "device_time_overruns": int(it["overrun"].sum()) if len(it) else 0,
             # BSP with backup workers: pushes too late for their round, never applied
-            "dropped_pushes": len(self.events("dropped_push")),
+            "dropped_pushes": sum(e["server"] == 0 for e in self.events("dropped_push")),   # every server logs each
             # Local SGD: local steps per push (None: no local steps)
             "local_steps_per_push": (float(np.mean([e["local_steps"] for e in local]))
                                      if (local := self.events("local_push")) else None),

@@ -7,15 +7,21 @@ passed, published with the push (extras). A push of a round already applied
 is dropped: consumed, so its worker's gate passes and it pulls the new
 parameters, but never summed (the server logs a `dropped_push` event).
 
+Server 0 decides which pushes make a round; the other servers apply, in the
+round they are at, the pushes server 0 has counted once it is a step ahead
+(each server picking the first W - b it sees could pick different ones).
+A push is dropped once every server has applied its round, so no server
+drops a push server 0 applied.
+
 Scale: every push is g_i / (W - b), so a round of its first W - b pushes sums
-to their mean. With a grace window (`grace_window` seconds), the server waits
+to their mean. With a grace window (`grace_window` seconds), server 0 waits
 that long after the (W - b)-th push of a round for more of it (the whole
 window, unless every worker's push is in: the simulator wakes a waiting
 server only on a write), then applies every push of the round in by then, k
-of them, scaled (W - b) / k: again their mean. The last round of a global budget may have fewer pushes (the
-workers that found no samples are done): like BSP's, whose pushes are g_i / W,
-it is applied with what came, its step smaller by the samples missing.
-b = 0 is BSP: the same gate, rounds and scale.
+of them, scaled (W - b) / k: again their mean. The last round of a global
+budget may have fewer pushes (the workers that found no samples are done):
+like BSP's, whose pushes are g_i / W, it is applied with what came, its step
+smaller by the samples missing. b = 0 is BSP: the same gate, rounds and scale.
 """
 from __future__ import annotations
 
@@ -63,8 +69,12 @@ class Backup(BSP):
             return None
         waiting = view.clocks > consumed
         rounds = view.extras[:, 0].astype(np.int64)
+        # dropped once every server applied its round: until then a push of a
+        # round server 0 applied waits (server 0 is never a round ahead)
         late = waiting & (rounds < view.steps)
-        current = waiting & ~late
+        current = waiting & (rounds == view.server_steps[self.server])
+        if self.server:
+            return self._follow(view, waiting, late, current, rounds)
         apply = np.zeros_like(current)
         # every worker that could still push for this round has
         complete = (current | (view.done & ~waiting)).all()
@@ -75,14 +85,27 @@ class Backup(BSP):
             if remaining > 0 and not complete:
                 return Take(apply=apply, drop=late, rounds=rounds, wait=remaining)
             if self.grace:
-                # every push of the round in by the window's end, their mean
-                apply, scale = current, self.quorum / int(current.sum())
+                apply = current   # every push of the round in by the window's end
             else:
-                apply[arrived[:self.quorum]], scale = True, 1.0
-            return Take(apply=apply, drop=late, rounds=rounds, scale=scale)
-        if current.any() and complete:
+                apply[arrived[:self.quorum]] = True
+        elif current.any() and complete:
             apply = current   # the budget's end: no other worker will push for this round
-        return Take(apply=apply, drop=late, rounds=rounds)
+        return Take(apply=apply, drop=late, rounds=rounds, scale=self._scale(apply))
+
+    def _follow(self, view, waiting, late, current, rounds):
+        """Another server applies the pushes server 0 applied in the round it
+        is at: those server 0 counted once it is a step ahead (it drops none
+        of them before this server has applied them)."""
+        if view.server_steps[0] > view.server_steps[self.server]:
+            apply = current & (view.server_applied[0] >= view.clocks)
+        else:
+            apply = np.zeros_like(current)
+        return Take(apply=apply, drop=late, rounds=rounds, scale=self._scale(apply))
+
+    def _scale(self, apply) -> float:
+        """(W - b) / k for k > W - b pushes of a round (a grace window's): their mean."""
+        k = int(apply.sum())
+        return self.quorum / k if k > self.quorum else 1.0
 
     def state(self):
         return {"rounds": dict(self.rounds)}

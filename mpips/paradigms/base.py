@@ -94,6 +94,7 @@ class Paradigm:
     # Workers take local steps with an optimizer of their own and push
     # pseudo-gradients (runtime/local_worker.py); the servers apply the outer rule.
     local_sgd = False
+    server = 0   # on a server's rank: which server this object answers for (runtime/server.py sets it)
 
     def __init__(self, config, num_workers: int):
         self.config = config

@@ -42,7 +42,9 @@ class ClusterView:
                  update_norm_ema: float = 0.0,   # EMA of one full update's norm (servers' root-sum-square)
                  extras: np.ndarray | None = None,   # (W, 4) float: what each worker's extras() published
                  slots: tuple[float, float] = (0.0, 0.0),   # the global slots SLOT_EXTRA0, SLOT_EXTRA1
-                 steps: int = 0):             # optimizer steps taken by the servers (min over servers)
+                 steps: int = 0,              # optimizer steps taken by the servers (min over servers)
+                 server_steps: np.ndarray | None = None,     # (S,) int: each server's steps
+                 server_applied: np.ndarray | None = None):  # (S, W) int: each server's applied counts
         self.now = now
         self.clocks, self.applied, self.done = clocks, applied, done
         self.push_times, self.iter_times = push_times, iter_times
@@ -50,6 +52,7 @@ class ClusterView:
         self.path_length, self.update_norm_ema = path_length, update_norm_ema
         self.extras, self.slots = extras, slots
         self.steps = steps
+        self.server_steps, self.server_applied = server_steps, server_applied
 
     @property
     def num_workers(self) -> int:

@@ -20,6 +20,7 @@ class Server:
     def __init__(self, ctx: Context, rule, evaluator=None):
         self.ctx = ctx
         self.s = ctx.index
+        ctx.paradigm.server = self.s
         self.rule = rule
         self.grad = np.zeros_like(ctx.store.shard)
         self.consumed = np.zeros(ctx.table.workers, dtype=np.int64)  # per row of the table

@@ -278,6 +278,15 @@ class TableView(ClusterView):
     def steps(self) -> int:
         return int(self._server_column(_STEPS).min())
 
+    @field(cells=_of_servers(int(S.STEPS)))
+    def server_steps(self) -> np.ndarray:
+        return self._server_column(_STEPS).astype(np.int64)
+
+    @field(cells=lambda table: [table.server_offset(s, _NS + j) for s in range(table.servers)
+                                for j in range(table.workers)])
+    def server_applied(self) -> np.ndarray:
+        return self._s[:, _NS:].astype(np.int64)
+
     @field(cells=_of_servers(int(S.PATH)))
     def path_length(self) -> float:
         return float(self._server_column(_PATH).sum())

@@ -17,9 +17,9 @@ def applied_rounds(log) -> tuple[list, set]:
     """(rounds, dropped): each server step's pushes as replayed_run takes
     them, a push in the first step that ends after it landed; and the
     (worker, clock) of every dropped push, from the servers' events."""
-    dropped = {(e["worker"], e["clock"] - 1) for e in log.events("dropped_push")}
+    dropped = {(e["worker"], e["clock"] - 1) for e in log.events("dropped_push") if e["server"] == 0}
     it = log.iterations
-    steps = np.sort(log.applies["time"])
+    steps = np.sort(log.applies["time"][log.applies["server"] == 0])
     rounds = [[] for _ in steps]
     for r, end in zip(it, push_ends(it)):
         if (int(r["worker"]), int(r["clock"])) not in dropped:
@@ -37,15 +37,17 @@ def test_backup_without_backups_is_bsp_bit_for_bit(tmp_path):
     assert not backup.events("dropped_push")
 
 
-def test_backup_drops_late_pushes_and_applies_the_next_ones(tmp_path):
+@pytest.mark.parametrize("servers", ["1", "2"])
+def test_backup_drops_late_pushes_and_applies_the_next_ones(tmp_path, servers):
     """Two workers at half speed, one backup (the default): each round is
     applied with the first of the two slow pushes, the other is dropped,
     its worker pulls the new parameters and its next push may make the next
-    round. The run is the replay of the applied rounds bit for bit, so no
+    round. With one server or two (which must apply the same pushes in each
+    round: server 0 decides), the run is the replay of the applied rounds bit for bit, so no
     dropped push was ever applied; each round has at most W - b pushes;
     the last round, when the budget runs out, ends the run (no deadlock)."""
     log = simulate(tmp_path / "run", "--paradigm", "backup", "--workers", "4", "--slowdown", "1,1,2,2",
-                   "--epochs", "1")
+                   "--epochs", "1", "--servers", servers)
     rounds, dropped = applied_rounds(log)
     assert dropped and all(0 < len(r) <= 3 for r in rounds)
     assert np.array_equal(log.final_params(), replayed_run(Config(**log.config), rounds))
@@ -53,7 +55,11 @@ def test_backup_drops_late_pushes_and_applies_the_next_ones(tmp_path):
     for worker in (2, 3):
         drops = sorted(c for w, c in dropped if w == worker)
         assert drops and any((worker, c + 1) in applied for c in drops), worker
-    events = log.events("dropped_push")
+    every = log.events("dropped_push")
+    events = [e for e in every if e["server"] == 0]
+    for server in range(int(servers)):   # every server drops the same pushes
+        assert {(e["worker"], e["clock"]) for e in every if e["server"] == server} == {
+            (e["worker"], e["clock"]) for e in events}
     assert all(e["round"] < e["step"] and "read-your-writes" in e["note"] for e in events)
     assert {e["worker"] for e in events} == {2, 3}
     for worker in (2, 3):   # counted per worker
@@ -64,7 +70,6 @@ def test_backup_drops_late_pushes_and_applies_the_next_ones(tmp_path):
 @pytest.mark.parametrize("flags,field", [
     (("--backup-workers", "4"), "backup_workers"),
     (("--backup-workers=-1",), "backup_workers"),
-    (("--servers", "2"), "servers"),
     (("--grace-window=-1",), "grace_window"),
     (("--paradigm", "localsgd", "--dylu"), "dylu"),
     (("--paradigm", "localsgd", "--delayed-nesterov", "4"), "delayed_nesterov"),
@@ -144,14 +149,15 @@ def test_dylu_workers_push_at_one_pace(tmp_path):
     assert max(rate) / min(rate) < 1.2, rate
 
 
-def test_a_grace_window_takes_the_round_s_later_pushes_as_their_mean(tmp_path):
+@pytest.mark.parametrize("servers", ["1", "2"])
+def test_a_grace_window_takes_the_round_s_later_pushes_as_their_mean(tmp_path, servers):
     """Two workers at half speed, one backup, a grace window longer than the
     two slow pushes are apart: every round waits for the second of them, so
     nothing is dropped and each step is the mean of all four pushes, BSP's
     (to float: the pushes are g_i / 3, their sum scaled 3/4). Whole rounds
     only (--iterations): a last round of 3 would be their mean here, and
     BSP's sum / 4."""
-    flags = ("--workers", "4", "--slowdown", "1,1,2,2", "--iterations", "20")
+    flags = ("--workers", "4", "--slowdown", "1,1,2,2", "--iterations", "20", "--servers", servers)
     bsp = simulate(tmp_path / "bsp", "--paradigm", "bsp", *flags)
     grace = simulate(tmp_path / "grace", "--paradigm", "backup", "--grace-window", "0.01", *flags)
     assert not grace.events("dropped_push")
