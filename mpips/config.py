@@ -203,6 +203,9 @@ class Config:
         if self.paradigm == "localsgd" and self.budget != "global":
             raise ConfigError("budget", self.budget, "must be global with localsgd (its workers claim "
                                                      "the batches of their local steps)")
+        if self.paradigm == "localsgd" and self.lr_schedule != "none":
+            raise ConfigError("lr_schedule", self.lr_schedule, "must be none with localsgd (its inner and "
+                                                               "outer learning rates are constant)")
         if self.paradigm == "localsgd" and (self.fail_at or self.nan_at):
             raise ConfigError("fail_at" if self.fail_at else "nan_at", self.fail_at or self.nan_at,
                               "not with localsgd (its workers take local steps)")

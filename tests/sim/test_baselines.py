@@ -77,6 +77,7 @@ def test_backup_drops_late_pushes_and_applies_the_next_ones(tmp_path, servers):
     (("--paradigm", "localsgd", "--local-steps", "0"), "local_steps"),
     (("--paradigm", "localsgd", "--outer-momentum", "1"), "outer_momentum"),
     (("--paradigm", "localsgd", "--local-mode", "sometimes"), "local_mode"),
+    (("--paradigm", "localsgd", "--lr-schedule", "cosine"), "lr_schedule"),
 ])
 def test_baseline_settings_are_one_line_errors(tmp_path, capsys, flags, field):
     assert main(["simulate", "--run-dir", str(tmp_path / "run"), "--paradigm", "backup", "--workers", "4",
