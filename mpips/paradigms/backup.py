@@ -74,7 +74,7 @@ class Backup(BSP):
         late = waiting & (rounds < view.steps)
         current = waiting & (rounds == view.server_steps[self.server])
         if self.server:
-            return self._follow(view, waiting, late, current, rounds)
+            return self._follow(view, late, current, rounds)
         apply = np.zeros_like(current)
         # every worker that could still push for this round has
         complete = (current | (view.done & ~waiting)).all()
@@ -92,7 +92,7 @@ class Backup(BSP):
             apply = current   # the budget's end: no other worker will push for this round
         return Take(apply=apply, drop=late, rounds=rounds, scale=self._scale(apply))
 
-    def _follow(self, view, waiting, late, current, rounds):
+    def _follow(self, view, late, current, rounds):
         """Another server applies the pushes server 0 applied in the round it
         is at: those server 0 counted once it is a step ahead (it drops none
         of them before this server has applied them)."""

@@ -67,4 +67,3 @@ class LocalSGD(Paradigm):
 
     def load_state(self, state):
         self.speeds = {int(w): float(v) for w, v in state["speeds"].items()}
-

@@ -43,9 +43,11 @@ class LocalWorker(Worker):
         ctx.log.event(ctx.now(), "local_push", worker=self.i, clock=self.clock, local_steps=len(batches),
                       samples=sum(b.size for b in batches),
                       pseudo_gradient_norm=float(np.linalg.norm(flat.host_grads)))
-        # The push stands for every sample of its local steps (its size: the labels, concatenated).
-        pushed = dataclasses.replace(batches[0], y=torch.cat([b.y for b in batches]), last=batch.last
-                                     if batch is not None else False, flush=any(b.flush for b in batches))
+        # The push stands for every sample of its local steps (its size: the
+        # labels, concatenated); the last one, also where the budget ran out meanwhile.
+        last = batch is None or batch.last
+        pushed = dataclasses.replace(batches[0], y=torch.cat([b.y for b in batches]), last=last,
+                                     flush=last or any(b.flush for b in batches))
         return float(np.mean(losses)), seconds, slept, overrun, pushed
 
     def state(self) -> dict:
