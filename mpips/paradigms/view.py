@@ -52,7 +52,9 @@ class ClusterView:
         self.path_length, self.update_norm_ema = path_length, update_norm_ema
         self.extras, self.slots = extras, slots
         self.steps = steps
-        self.server_steps, self.server_applied = server_steps, server_applied
+        # not given (a view made by hand): one server, whose steps and applied counts these are
+        self.server_steps = np.array([steps]) if server_steps is None else server_steps
+        self.server_applied = applied[None, :] if server_applied is None else server_applied
 
     @property
     def num_workers(self) -> int:
