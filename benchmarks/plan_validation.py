@@ -175,7 +175,8 @@ def main() -> None:
             "(MPI jobs, mean over seeds); a time is missing where a seed never reached the target "
             "(or, predicted, was stopped early as hopeless):\n\n"
           + table(["shape", "candidate", "predicted s to target", "measured s", "measured / predicted",
-                   "predicted acc %", "measured acc %", "stopped early", "", ""], rows)
+                   "predicted acc % (at the stop, where stopped early)", "measured acc %", "stopped early",
+                   "recommended", "real best"], rows)
           + "\n\nRegret: measured time to the target of the recommended candidate over that of the real best.")
     write_results(args.name, {"shapes": {s: SHAPES[s] for s in shapes}, "seeds": seeds, "epochs": args.epochs,
                               "target": args.target, "device_time": args.device_time,

@@ -6,8 +6,10 @@
 A generated block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->`:
 `claims` (the seed papers' claims per seed, benchmarks/claims.py) and `means` (per
 paradigm and cluster: the mean over seeds, with the range where seeds differ) of the
-comparison in results/paradigms-8.json (`make compare`). The prose around them is
-written by hand from them.
+comparison in results/paradigms-8.json (`make compare`); `claims-KEY` and `means-KEY`
+of the other comparisons of `make study` (COMPARISONS), and `scale` (results/scale.json:
+final accuracy and time to target per paradigm and worker count). The prose around
+them is written by hand from them.
 """
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ import pandas as pd
 from claims import render_markdown as render_claims
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPARISON = ROOT / "benchmarks" / "results" / "paradigms-8.json"
+RESULTS = ROOT / "benchmarks" / "results"
+# block-name suffix -> the comparison's results file (`make compare`, `make study`)
+COMPARISONS = {"": "paradigms-8", "-mnist1d-32": "paradigms-mnist1d-32", "-mnist5k-8": "paradigms-mnist5k-8",
+               "-mnist5k-32": "paradigms-mnist5k-32"}
 
 
 def mean_table(rows: list[dict], target: float) -> str:
@@ -46,10 +51,32 @@ def mean_table(rows: list[dict], target: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def scale_table(data: dict) -> str:
+    """Per paradigm: final accuracy and virtual time to each target at each worker count."""
+    df = pd.DataFrame([r for r in data["results"] if "failed" not in r])
+    workers = data["settings"]["workers"]
+    targets = [int(100 * t) for t in data["settings"]["targets"]]
+    lines = ["| paradigm | " + " | ".join(f"final, W={w}" for w in workers) + " | "
+             + " | ".join(f"to {t}% (s), W={w}" for t in targets for w in workers) + " |",
+             "|---|" + "---:|" * (len(workers) * (1 + len(targets)))]
+    for paradigm, g in df.groupby("paradigm", sort=False):
+        by = {r["workers"]: r for r in g.to_dict("records")}
+        final = [f"{100 * by[w]['final_accuracy']:.1f}%" if w in by else "failed" for w in workers]
+        times = [f"{by[w][f'time_to_{t}']:.1f}" if w in by and by[w][f"time_to_{t}"] is not None else "-"
+                 for t in targets for w in workers]
+        lines.append(f"| {paradigm} | " + " | ".join(final + times) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def blocks() -> dict[str, str]:
-    data = json.loads(COMPARISON.read_text())
-    target = float(re.search(r"--target (\S+)", data["command"]).group(1))
-    return {"claims": render_claims(data["claims"]), "means": mean_table(data["rows"], target)}
+    out = {}
+    for suffix, name in COMPARISONS.items():
+        data = json.loads((RESULTS / f"{name}.json").read_text())
+        target = float(data["settings"]["target"])
+        out["claims" + suffix] = render_claims(data["claims"])
+        out["means" + suffix] = mean_table(data["rows"], target)
+    out["scale"] = scale_table(json.loads((RESULTS / "scale.json").read_text()))
+    return out
 
 
 def render(readme: str) -> str:

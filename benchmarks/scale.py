@@ -2,6 +2,8 @@
 
     python benchmarks/scale.py                 # every paradigm at 16, 64, 256 workers
     python benchmarks/scale.py --keep          # redo the table and figures from runs/scale/ already there
+    python benchmarks/scale.py --paradigms asp,ssp,dssp --lr 64:0.05,256:0.05 --name scale-async-lr
+                                               # the same at other learning rates: results/scale-async-lr*
 
 Every paradigm at its default settings plus `--evaluator` (GSSP: `--groups`
 sqrt(W), see below), MNIST-1D with the published CNN (cnn1d) on 256,000
@@ -52,8 +54,9 @@ BATCH = 16
 # MNIST-1D with the published CNN: 256,000 signals, 204,800 for training, so one epoch is
 # 50 rounds of BSP at 256 workers (4,096 samples a round)
 WORKLOAD = {"dataset": "mnist1d", "model": "cnn1d", "mnist1d_samples": 256_000, "batch_size": BATCH}
-FIGURES = os.path.join(RESULTS, "scale")
-RUNS = os.path.join(os.path.dirname(HERE), "runs", "scale")
+NAME = "scale"   # --name: results/NAME.{md,json}, results/NAME/*.png, runs/NAME/
+FIGURES = os.path.join(RESULTS, NAME)
+RUNS = os.path.join(os.path.dirname(HERE), "runs", NAME)
 
 
 def groups_for(workers: int) -> int:
@@ -102,7 +105,8 @@ def run(paradigm: str, workers: int, seed: int, keep: bool) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "out.json")
             cmd = [sys.executable, os.path.abspath(__file__), "--inner", out, "--paradigms", paradigm,
-                   "--workers", str(workers), "--epochs", f"{workers}:{EPOCHS[workers]:g}", "--seed", str(seed), "--run-dir", run_dir]
+                   "--workers", str(workers), "--epochs", f"{workers}:{EPOCHS[workers]:g}",
+                   "--lr", f"{workers}:{lr_for(workers):g}", "--seed", str(seed), "--run-dir", run_dir]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(HERE),
                                                                             os.environ.get("PYTHONPATH")]))}
             began = time.perf_counter()
@@ -243,7 +247,9 @@ def markdown(results: list[dict], paradigms: list[str], workers: list[int], figs
     detail = table(headers2, rows2)
     settings = ("MNIST-1D (204,800 training and 51,200 test signals) with the published CNN (cnn1d), "
                 "batch 16 per worker, lr " + ", ".join(f"W={w}: {lr_for(w):g}" for w in workers)
-                + f" (0.05 x sqrt(W/16); per update of W x 16 samples; pushes scaled 1/W), "
+                + (" (0.05 x sqrt(W/16)" if all(math.isclose(lr_for(w), 0.05 * math.sqrt(w / 16)) for w in workers)
+                   else " (set by --lr")
+                + "; per update of W x 16 samples; pushes scaled 1/W), "
                 f"momentum 0.9 (asynchronous pushes: compensated, the default), device time 20 ms per iteration "
                 f"at 1x, `--evaluator`, seed {seed}, one run each (the simulator is deterministic; no spread over "
                 f"seeds). Budget (`--epochs`, global): " + ", ".join(f"W={w}: {EPOCHS[w]:g}" for w in workers)
@@ -254,7 +260,7 @@ def markdown(results: list[dict], paradigms: list[str], workers: list[int], figs
             + "\n\n## Every run\n\n`round / T`: virtual time per W pushes over the 1x device time (1.00 = every "
             "worker computing at 1x all the time, no waiting); `wait share`: the workers' mean share of time "
             "at the gate; staleness: updates applied between a push's pull and the push.\n\n" + detail
-            + "\n\n" + "\n".join(f"![{f}](scale/{f})" for f in figs) + "\n")
+            + "\n\n" + "\n".join(f"![{f}]({os.path.basename(FIGURES)}/{f})" for f in figs) + "\n")
 
 
 def main() -> int:
@@ -264,6 +270,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", default=",".join(f"{w}:{e:g}" for w, e in EPOCHS.items()),
                    help="the global budget per worker count, W:epochs,...")
+    p.add_argument("--lr", default="", help="learning rates per worker count, W:lr,... [0.05 x sqrt(W/16)]")
+    p.add_argument("--name", default=NAME, help="results/NAME.{md,json}, results/NAME/, runs/NAME/ [scale]")
     p.add_argument("--parallel", type=int, default=2, help="simulations at once [2]")
     p.add_argument("--keep", action="store_true", help="reuse runs already in runs/scale/")
     p.add_argument("--notes", default=os.path.join(HERE, "scale_notes.md"),
@@ -274,6 +282,10 @@ def main() -> int:
     paradigms = [x for x in args.paradigms.split(",") if x]
     workers = [int(x) for x in args.workers.split(",") if x]
     EPOCHS.update({int(w): float(e) for w, e in (item.split(":") for item in args.epochs.split(",") if item)})
+    LR.update({int(w): float(x) for w, x in (item.split(":") for item in args.lr.split(",") if item)})
+    global FIGURES, RUNS
+    FIGURES = os.path.join(RESULTS, args.name)
+    RUNS = os.path.join(os.path.dirname(HERE), "runs", args.name)
 
     if args.inner:
         result = inner(paradigms[0], workers[0], args.run_dir, args.seed)
@@ -295,13 +307,13 @@ def main() -> int:
     total = sum(r.get("simulator_wall_s", 0.0) for r in results)
     figs = figures(results, paradigms, workers)
     md = markdown(results, paradigms, workers, figs, total, args.seed)
-    if os.path.exists(args.notes):
+    if args.name == NAME and os.path.exists(args.notes):
         with open(args.notes) as fh:
             md += "\n" + fh.read()
     settings = {"paradigms": paradigms, "workers": workers, "epochs": EPOCHS, "lr": {w: lr_for(w) for w in workers}, **WORKLOAD,
                 "device_time": "20ms", "seed": args.seed, "targets": TARGETS, "cluster": sim_common.DESCRIPTION,
                 "gssp_groups": {w: groups_for(w) for w in workers}, "total_wall_s": total}
-    write_results("scale", {"settings": settings, "results": results}, md)
+    write_results(args.name, {"settings": settings, "results": results}, md)
     return 0
 
 
