@@ -91,8 +91,10 @@ def decide_groups(contexts: dict, times: np.ndarray, saved: dict | None) -> tupl
                                                    "profiled": times.tolist()}
     if 0 in contexts:
         ctx = contexts[0]
-        # before the clock starts; a resumed job's time goes on from the checkpoint's
-        ctx.log.event(ctx.checkpointer.elapsed if saved else ctx.now(), "groups", groups=groups,
+        # before the clock starts: at its zero, a resumed job's the checkpoint's training time
+        # (not now(): set-up and profiling may outlast the first segment's checkpoint, and a
+        # resumed run's log keeps only what came before it)
+        ctx.log.event(ctx.checkpointer.elapsed, "groups", groups=groups,
                       profiled=times, group_times=group_times, speed_ranks=ranks,
                       group_servers=layout.group_server_ranks,
                       exchange_every=[cfg.exchange_every or len(m) for m in groups], source=source)
