@@ -2,6 +2,7 @@
 
     python benchmarks/gpu.py [--quick] [--data DIR] [--progress FILE]
     python benchmarks/gpu.py --quick --device cpu --train 4000   # a dry run of the script on a CPU
+    python benchmarks/gpu.py --workload mnist1d [--progress FILE]  # MNIST-1D's CNN (results/gpu-mnist1d)
 
 Needs an NVIDIA GPU (torch.cuda); CI has none, so this runs on a lent
 machine. The CIFAR ResNet (ResNet-8) on CIFAR-10-format batches written by
@@ -23,7 +24,12 @@ on the CPU beside their windows; the evaluator rank evaluates on the GPU.
 4. The per-iteration profile of every mpips run from its log: gate wait,
    pull, host-to-device, forward/backward, device-to-host, push.
 
-Time to TARGET test accuracy: single process and DDP from parameter
+`--workload mnist1d`: the same on MNIST-1D with the published CNN (the
+comparison's workload, benchmarks/paradigms.py, at 4 workers): one process,
+then the paradigms with 4 workers under MPS (as the job scripts run ranks that
+share a GPU), BSP also without.
+
+Time to the target test accuracy: single process and DDP from parameter
 snapshots taken during training and evaluated after it (evaluation costs
 them nothing); mpips from its evaluator rank, which reads the parameters
 without stopping anyone (it shares the GPU with the workers).
@@ -48,9 +54,19 @@ from make_cifar10 import write as write_cifar
 from vs_ddp import SlowStep, _free_port, slowed_allreduce
 
 BATCH = 32                   # per worker
+# What is trained: train settings (Config fields) and the target accuracy.
+# cifar10's data folder is written at run time; mnist1d: benchmarks/paradigms.py's
+# workload at 4 workers (lr and epochs x sqrt(4 / 8)).
+WORKLOADS = {
+    "cifar10": {"settings": {"dataset": "cifar10", "model": "resnet"}, "epochs": 1.0, "target": 0.80,
+                "label": "ResNet-8 on CIFAR-10-format data (benchmarks/make_cifar10.py)"},
+    "mnist1d": {"settings": {"dataset": "mnist1d", "model": "cnn1d", "mnist1d_samples": 26000,
+                             "lr": 0.05 * math.sqrt(4 / 8)}, "epochs": 20 * math.sqrt(4 / 8), "target": 0.93,
+                "label": "MNIST-1D (26,000 signals) with the published CNN"},
+}
+WORK = WORKLOADS["cifar10"]  # main() sets it from --workload
 PARADIGMS = ("bsp", "ssp", "asp", "gssp", "lbbsp")
 SLOWDOWN = "1,1,2,4"
-TARGET = 0.80
 SNAPSHOTS_PER_EPOCH = 4      # evaluation points, as --eval-every 0.25
 FIT_BATCHES = (8, 16, 32, 64, 128, 256)
 DEVICE = "cuda"              # --device cpu: a dry run of this script where there is no GPU
@@ -76,16 +92,25 @@ def gpu_info() -> dict:
         out = subprocess.run([ompi, "--parsable", "--all"], capture_output=True, text=True).stdout
         cuda_aware = any(line.startswith("mca:mpi:base:param:mpi_built_with_cuda_support:value:true")
                          for line in out.splitlines())
-    return {"gpu": q.stdout.strip() if q else "none (no nvidia-smi)", "torch": torch.__version__, "cuda": torch.version.cuda,
+    return {"cpus": os.cpu_count(), "gpu": q.stdout.strip() if q else "none (no nvidia-smi)", "torch": torch.__version__, "cuda": torch.version.cuda,
             "mpi": MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip(),
             "mpi_cuda_aware": cuda_aware, "mps": shutil.which("nvidia-cuda-mps-control") is not None}
 
 
-def load(data_dir: str):
+def config(**more):
     from mpips.config import Config
+
+    return Config(**WORK["settings"], **more)
+
+
+def target() -> float:
+    return WORK["target"]
+
+
+def load(data_dir: str):
     from mpips.training.data import load_dataset
 
-    return load_dataset(Config(dataset="cifar10", data_dir=data_dir, model="resnet"))
+    return load_dataset(config(data_dir=data_dir))
 
 
 def model_for(data):
@@ -94,7 +119,13 @@ def model_for(data):
     from mpips.training.models import build_model
 
     torch.manual_seed(0)
-    return build_model("resnet", data.input_shape, data.num_classes)
+    return build_model(WORK["settings"]["model"], data.input_shape, data.num_classes)
+
+
+def train_flags(data_dir: str) -> list[str]:
+    """`mpips train` flags of the workload's settings."""
+    settings = {**WORK["settings"], "data_dir": data_dir}
+    return [x for k, v in settings.items() for x in (f"--{k.replace('_', '-')}", str(v))]
 
 
 # --- 1. the device-time model -------------------------------------------------
@@ -111,7 +142,8 @@ def time_compute(data, batches, reps: int) -> dict[int, float]:
     for b in batches:
         times = []
         for k in range(reps + 3):      # three untimed: cuDNN picks its kernels per shape
-            x, y = data.x_train[k * b % 40000:][:b], data.y_train[k * b % 40000:][:b]
+            lo = k * b % max(1, len(data.y_train) - b)
+            x, y = data.x_train[lo:lo + b], data.y_train[lo:lo + b]
             t = time.perf_counter()
             flat.params_from_host()
             x, y = x.to(DEVICE, non_blocking=True), y.to(DEVICE, non_blocking=True)
@@ -138,6 +170,9 @@ def fit(points: dict[int, float]) -> dict:
         err = float(np.max(np.abs(a + c * b ** p - t) / t))
         if best is None or err < best["max_relative_error"]:
             best = {"a": float(a), "c": float(c), "p": float(p), "max_relative_error": err}
+    if best is None:   # no growth with the batch (a small model on a GPU): a constant time
+        a = float(np.median(t))
+        best = {"a": a, "c": 0.0, "p": 1.0, "max_relative_error": float(np.max(np.abs(a - t) / t))}
     return best
 
 
@@ -167,7 +202,7 @@ def snapshots_to_curve(model, snapshots, data) -> list[tuple[float, float]]:
 def result(samples: int, wall: float, curve, iteration_s: list[float]) -> dict:
     return {"samples": samples, "wall": wall, "samples_per_s": samples / wall,
             "iteration_ms": 1e3 * float(np.median(iteration_s)),
-            "time_to_target": next((t for t, a in curve if a >= TARGET), None),
+            "time_to_target": next((t for t, a in curve if a >= target()), None),
             "final_accuracy": curve[-1][1] if curve else None, "curve": curve}
 
 
@@ -175,10 +210,9 @@ def single(data, global_batch: int, epochs: float) -> dict:
     """One process, one GPU, the global batch: what mpips' workers together compute per round."""
     import torch
 
-    from mpips.config import Config
     from mpips.training.data import WorkerShard
 
-    cfg = Config()
+    cfg = config()
     model = model_for(data).to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     shard = WorkerShard(data.x_train, data.y_train, 0, 1, cfg.seed)
@@ -210,7 +244,6 @@ def ddp_inner(path: str, data_dir: str, epochs: float, slowdown: str, device_tim
     from mpi4py import MPI
     from torch.nn.parallel import DistributedDataParallel
 
-    from mpips.config import Config
     from mpips.training.data import WorkerShard
     from mpips.training.emulation import parse_device_time
 
@@ -218,7 +251,7 @@ def ddp_inner(path: str, data_dir: str, epochs: float, slowdown: str, device_tim
     rank, world = comm.Get_rank(), comm.Get_size()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)  # MASTER_ADDR/PORT from the env
-    cfg = Config()
+    cfg = config()
     data = load(data_dir)
     model = model_for(data).to(DEVICE)
     ddp = DistributedDataParallel(model)
@@ -257,7 +290,8 @@ def ddp_inner(path: str, data_dir: str, epochs: float, slowdown: str, device_tim
 
 def ddp(data_dir: str, workers: int, epochs: float, slowdown: str = "", setting: str = "") -> dict:
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    return run_inner(__file__, workers, "--data", data_dir, "--epochs", str(epochs), "--slowdown", slowdown,
+    workload = next(k for k, v in WORKLOADS.items() if v is WORK)
+    return run_inner(__file__, workers, "--workload", workload, "--data", data_dir, "--epochs", str(epochs), "--slowdown", slowdown,
                      "--device-time", setting, "--device", DEVICE, timeout=600, env=env)
 
 
@@ -277,19 +311,21 @@ def profile(it: np.ndarray) -> dict:
 
 
 def mpips_run(paradigm: str, workers: int, epochs: float, data_dir: str, run_dir: str,
-              slowdown: str = "", setting: str = "") -> dict:
+              slowdown: str = "", setting: str = "", *, more: tuple[str, ...] = (),
+              launcher: tuple[str, ...] = ("-m", "mpips"), env: dict | None = None) -> dict:
+    """One `mpips train` job (`launcher` runs the mpips command; `more`: further flags)."""
     from mpips.config import Config
     from mpips.io.log import RunLog
     from mpips.runtime.layout import ranks_for
 
-    flags = ["-m", "mpips", "train", "--paradigm", paradigm, "--model", "resnet", "--dataset", "cifar10",
-             "--data-dir", data_dir, "--device", DEVICE, "--batch-size", str(BATCH), "--epochs", str(epochs),
-             "--evaluator", "--eval-every", str(1 / SNAPSHOTS_PER_EPOCH), "--run-dir", run_dir]
+    flags = [*launcher, "train", "--paradigm", paradigm, *train_flags(data_dir), "--device", DEVICE,
+             "--batch-size", str(BATCH), "--epochs", str(epochs), "--evaluator",
+             "--eval-every", str(1 / SNAPSHOTS_PER_EPOCH), "--run-dir", run_dir, *more]
     if slowdown:
         flags += ["--slowdown", slowdown, "--device-time", setting]
     n = ranks_for(Config(paradigm=paradigm, workers=workers, evaluator=True))
     began = time.perf_counter()
-    mpiexec(n, flags, timeout=600)
+    mpiexec(n, flags, timeout=600, env=env)
     log = RunLog(run_dir)
     s = log.summary()
     it = log.iterations
@@ -299,7 +335,7 @@ def mpips_run(paradigm: str, workers: int, epochs: float, data_dir: str, run_dir
     return {"ranks": n, "status": s["status"], "complete": s["complete"], "job_seconds": time.perf_counter() - began,
             "samples": s["samples"], "wall": float(ends.max()), "samples_per_s": s["samples"] / float(ends.max()),
             "iteration_ms": 1e3 * float(np.median(np.concatenate(starts))),
-            "time_to_target": log.time_to_accuracy(TARGET), "final_accuracy": s["final_accuracy"],
+            "time_to_target": log.time_to_accuracy(target()), "final_accuracy": s["final_accuracy"],
             "overruns": s["device_time_overruns"], "rejected": s["rejected_pushes"],
             "curve": [(float(t), float(a)) for t, a in zip(ev["time"], ev["accuracy"])],
             "profile": profile(it)}
@@ -333,12 +369,15 @@ def attempt(progress: Progress, key: str, fn, *args, **kwargs):
     return r
 
 
-def plan(quick: bool) -> dict:
+def plan(quick: bool, workload: str) -> dict:
+    if workload == "mnist1d":   # one process, BSP alone and every paradigm under MPS
+        return {"epochs": 1.0 if quick else WORK["epochs"], "workers": {4: ("bsp",)}, "hetero": (), "ddp": False,
+                "mps": {4: PARADIGMS}, "reps": 10 if quick else 30}
     if quick:
         return {"epochs": 0.25, "workers": {4: ("bsp", "asp", "gssp", "lbbsp", "ssp"), 8: ("bsp",)},
-                "hetero": ("bsp", "asp"), "mps": {4: ("bsp",)}, "reps": 10}
+                "hetero": ("bsp", "asp"), "mps": {4: ("bsp",)}, "reps": 10, "ddp": True}
     return {"epochs": 1.0, "workers": {4: PARADIGMS, 8: PARADIGMS}, "hetero": PARADIGMS,
-            "mps": {4: ("bsp", "asp"), 8: ("bsp", "asp")}, "reps": 30}
+            "mps": {4: ("bsp", "asp"), 8: ("bsp", "asp")}, "reps": 30, "ddp": True}
 
 
 @contextlib.contextmanager
@@ -362,6 +401,7 @@ def main() -> None:
     p.add_argument("--slowdown", default="", help=argparse.SUPPRESS)      # of the DDP job
     p.add_argument("--device-time", default="", help=argparse.SUPPRESS)   # of the DDP job
     p.add_argument("--epochs", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="cifar10", help="what is trained")
     p.add_argument("--data", help="CIFAR-10-format folder (default: written by make_cifar10.py into a temporary one)")
     p.add_argument("--quick", action="store_true", help="a fraction of an epoch each, fewer runs: a check that it all runs")
     p.add_argument("--scale", type=float, default=3.0, help="device time = this x the fitted compute model")
@@ -373,20 +413,21 @@ def main() -> None:
     args = p.parse_args()
     if args.render:
         return render(args.render)
-    global DEVICE
-    DEVICE = args.device
+    global DEVICE, WORK
+    DEVICE, WORK = args.device, WORKLOADS[args.workload]
     if args.inner:
         return ddp_inner(args.inner, args.data, args.epochs, args.slowdown, args.device_time)
     import torch
 
     if DEVICE == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu.py: no CUDA device (torch.cuda.is_available() is False)")
-    steps = plan(args.quick)
+    steps = plan(args.quick, args.workload)
     progress = Progress(args.progress)
+    progress.put("workload", args.workload)
     progress.put("environment", gpu_info())
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = args.data or tmp
-        if not os.path.isdir(os.path.join(data_dir, "cifar-10-batches-py")):
+        if args.workload == "cifar10" and not os.path.isdir(os.path.join(data_dir, "cifar-10-batches-py")):
             write_cifar(data_dir, args.train, args.train // 5, 0)
         data = load(data_dir)
         points = time_compute(data, FIT_BATCHES, steps["reps"])
@@ -397,8 +438,9 @@ def main() -> None:
         epochs, runs = steps["epochs"], iter(range(1000))
         for w in steps["workers"]:
             attempt(progress, f"single/{w}", single, data, w * BATCH, epochs)
-        attempt(progress, "ddp/4/homogeneous", ddp, data_dir, 4, epochs)
-        attempt(progress, "ddp/4/heterogeneous", ddp, data_dir, 4, epochs, SLOWDOWN, setting)
+        if steps["ddp"]:
+            attempt(progress, "ddp/4/homogeneous", ddp, data_dir, 4, epochs)
+            attempt(progress, "ddp/4/heterogeneous", ddp, data_dir, 4, epochs, SLOWDOWN, setting)
 
         def ours(key, name, w, *slowed):
             attempt(progress, key, mpips_run, name, w, epochs, data_dir, os.path.join(tmp, f"run{next(runs)}"),
@@ -411,28 +453,41 @@ def main() -> None:
             ours(f"mpips/8/homogeneous/{name}", name, 8)
         with mps() as started:
             progress.put("mps", {"started": started})
-            if started:
+            if started and steps["ddp"]:
                 attempt(progress, "ddp/4/homogeneous-mps", ddp, data_dir, 4, epochs)
-                for w, names in steps["mps"].items():
-                    for name in names:
+            for w, names in steps["mps"].items():
+                for name in names:
+                    if started:
                         ours(f"mpips/{w}/homogeneous-mps/{name}", name, w)
-    write_results("gpu" if not args.quick else f"gpu-quick-{DEVICE}", {"target_accuracy": TARGET, "batch_per_worker": BATCH,
-                                                          **progress.data}, markdown(progress.data))
+                    elif args.workload != "cifar10" and name not in steps["workers"].get(w, ()):
+                        ours(f"mpips/{w}/homogeneous/{name}", name, w)   # no MPS here: every paradigm still runs
+    name = results_name(args.workload)
+    write_results(name if not args.quick else f"{name}-quick-{DEVICE}",
+                  {"target_accuracy": target(), "batch_per_worker": BATCH, **progress.data}, markdown(progress.data))
+
+
+def results_name(workload: str) -> str:
+    return "gpu" if workload == "cifar10" else f"gpu-{workload}"
 
 
 def render(path: str) -> None:
     """results/gpu.{json,md} from the --progress file of a run on a GPU machine
     (one cut short by its time limit keeps every step it finished)."""
+    global WORK
     with open(path) as fh:
         data = json.load(fh)
+    workload = data.get("workload", "cifar10")   # older progress files: CIFAR
+    WORK, name = WORKLOADS[workload], results_name(workload)
     env = data["environment"]
-    data = {"benchmark": "gpu", "command": "python3 benchmarks/gpu.py --progress progress.json (on the GPU "
-            "machine), then python benchmarks/gpu.py --render progress.json", "target_accuracy": TARGET,
+    flag = "" if workload == "cifar10" else f" --workload {workload}"
+    data = {"benchmark": name, "command": f"python3 benchmarks/gpu.py{flag} --progress progress.json (on the "
+            "GPU machine), then python benchmarks/gpu.py --render progress.json", "target_accuracy": target(),
             "batch_per_worker": BATCH, **data}
-    with open(os.path.join(RESULTS, "gpu.json"), "w") as fh:
+    with open(os.path.join(RESULTS, f"{name}.json"), "w") as fh:
         json.dump(data, fh, indent=1)
-    with open(os.path.join(RESULTS, "gpu.md"), "w") as fh:
-        fh.write(f"# gpu\n\n`{data['command']}`; {env['gpu']}, 16 CPU cores.\n\n" + markdown(data))
+    with open(os.path.join(RESULTS, f"{name}.md"), "w") as fh:
+        fh.write(f"# {name}\n\n`{data['command']}`; {env['gpu']}, {env.get('cpus', 16)} CPU cores.\n\n"
+                 + markdown(data))
 
 
 def _ratio(a, b):
@@ -440,7 +495,10 @@ def _ratio(a, b):
 
 
 def markdown(r: dict) -> str:
+    from mpips.config import Config
+
     env, model = r["environment"], r["device_time_model"]
+    cfg = Config(**{k: v for k, v in WORK["settings"].items() if k in ("lr", "momentum")})
     runs = {k: v for k, v in r.items() if "/" in k and "error" not in v}
     rows = []
     for key, v in r.items():
@@ -489,8 +547,8 @@ def markdown(r: dict) -> str:
                        and "heterogeneous" not in k)
     return (f"GPU: {env['gpu']}; torch {env['torch']} (CUDA {env['cuda']}); {env['mpi']} "
             f"(CUDA-aware: {env['mpi_cuda_aware']}); MPS control daemon present: {env['mps']}.\n\n"
-            f"ResNet-8 on CIFAR-10-format data (benchmarks/make_cifar10.py), {BATCH} samples per worker, "
-            f"SGD lr 0.05 momentum 0.9. Device-time model fitted on one process: T(b) = "
+            f"{WORK['label']}, {BATCH} samples per worker, "
+            f"SGD lr {cfg.lr:.3g} momentum {cfg.momentum:g}. Device-time model fitted on one process: T(b) = "
             f"{1e3 * model['a']:.3g} ms + {1e3 * model['c']:.3g} ms x b^{model['p']:.3g} "
             f"(largest error {100 * model['max_relative_error']:.1f}%); slowed runs: {SLOWDOWN} x "
             f"`--device-time {model['setting']}` ({model['scale']} x the model). A worker's compute of "
@@ -498,12 +556,12 @@ def markdown(r: dict) -> str:
             f"device time to simulate these runs with): {shared}. `-mps`: the same run "
             f"under NVIDIA MPS. Samples/s: samples pushed (trained) over the span to the last "
             f"iteration's end; job s: the whole launch, start-up included.\n\n"
-            + table(["system", "paradigm", "workers", "setting", "samples/s", f"s to {TARGET:.0%}",
+            + table(["system", "paradigm", "workers", "setting", "samples/s", f"s to {target():.0%}",
                      "final acc", "median iteration ms", "overruns", "job s"], rows)
             + "\n\n## Against one GPU\n\nmpips over one process at the same global batch (workers x "
             f"{BATCH}), and over DDP with 4 ranks (slowed alike in the heterogeneous setting); times to "
-            f"{TARGET:.0%}: DDP's over mpips' (> 1: mpips sooner).\n\n"
-            + table(["paradigm", "workers", "setting", "samples/s", "x one process", "x DDP", f"s to {TARGET:.0%}",
+            f"{target():.0%}: DDP's over mpips' (> 1: mpips sooner).\n\n"
+            + table(["paradigm", "workers", "setting", "samples/s", "x one process", "x DDP", f"s to {target():.0%}",
                      "DDP time / ours", "final acc"], base)
             + "\n\n## Per-iteration profile (median ms; share of the workers' time in forward/backward)\n\n"
             + table(["workers", "setting", "paradigm", *PROFILE, "fwd/bwd %"], prof)

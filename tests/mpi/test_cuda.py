@@ -34,7 +34,7 @@ def test_bsp_on_the_gpu_trains_as_on_the_cpu(tmp_path):
     assert abs(gpu.evaluations["accuracy"][-1] - cpu.evaluations["accuracy"][-1]) <= 0.02
 
 
-@pytest.mark.parametrize("paradigm", ["gssp", "lbbsp"])
+@pytest.mark.parametrize("paradigm", ["gssp", "lbbsp", "localsgd", "backup"])
 def test_every_role_runs_beside_gpu_workers(tmp_path, paradigm):
     """Group servers and the evaluator with workers on the GPU: no role trips
     over a device it does not expect."""
