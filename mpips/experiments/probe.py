@@ -10,8 +10,9 @@ run logs; nothing is timed outside the runtime:
     batch b,   ASP, top-k   compute at b; pushes of few bytes (the latency)
     batch 2b,  ASP, dense   compute at 2b; applies of about one push
 
-- Device time: per worker and batch size the median `compute` (the real
-  forward/backward, and the --device-time emulation's sleep when given);
+- Device time: per worker and batch size the usual `compute` (the real
+  forward/backward, and the --device-time emulation's sleep when given: the
+  median of the iterations not slowed by a straggle);
   one shape a + c*b**p for the cluster, fitted to the medians each divided
   by the worker's own at b (linear, p = 1, unless another p fits more than
   2% better), and a slowdown per worker (its medians over the fastest's).
@@ -92,7 +93,8 @@ def fit(logs) -> ClusterProfile:
 def device_time(its: list[np.ndarray], workers: int) -> tuple[DeviceTime, list[float]]:
     """The fastest worker's model a + c*b**p and every worker's factor on it."""
     sizes = np.array([int(np.median(it["batch"])) for it in its], float)
-    medians = np.array([[np.median(it["compute"][it["worker"] == w]) for it in its] for w in range(workers)])
+    # outside straggles: the usual compute, not the median, which a short run that straggled often is not
+    medians = np.array([[usual_compute(it["compute"][it["worker"] == w])[0] for it in its] for w in range(workers)])
     middle = int(np.argsort(sizes)[len(sizes) // 2])
     shape = np.median(medians / medians[:, [middle]], axis=0)     # the cluster's curve, 1 at b
     scale = np.median(medians / shape, axis=1)                    # each worker's time at b
@@ -132,23 +134,31 @@ def classify(it: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One worker's iterations of one run, in iteration order: (iteration
     numbers, slowed or not, compute over the worker's usual compute).
 
-    An iteration is slowed above STRAGGLE x the median of the others (the
-    run's median first, then that of the iterations found not slowed); where
-    the slowed ones are more than STRAGGLE**2 times slower (the emulation's 4x:
-    a threshold of 2), the threshold is the geometric middle sqrt(factor), so a
-    fast iteration delayed by the machine (a late wake-up) is not a straggle."""
+    The usual compute is the median of the iterations not slowed, first of
+    those within STRAGGLE x the 10th percentile (so a short run that
+    straggled more often than not is read from its fast iterations, not its
+    median); an iteration is slowed above STRAGGLE x the usual, or above the
+    geometric middle sqrt(factor) x the usual where the slowed ones are more
+    than STRAGGLE**2 times slower (the emulation's 4x: a threshold of 2), so
+    that a fast iteration the machine delayed (a late wake-up) is not a straggle."""
     order = np.argsort(it["iteration"], kind="stable")
     compute = it["compute"][order].astype(float)
-    threshold, usual = STRAGGLE, float(np.median(compute))
-    for _ in range(2):
+    usual, threshold = usual_compute(compute)
+    return it["iteration"][order], compute > threshold * usual, compute / usual
+
+
+def usual_compute(compute: np.ndarray) -> tuple[float, float]:
+    """(the usual compute, the threshold over it of a slowed iteration): classify()'s."""
+    compute = np.asarray(compute, float)
+    usual = float(np.median(compute[compute <= STRAGGLE * np.percentile(compute, 10)]))
+    threshold = STRAGGLE
+    for _ in range(3):
         slow = compute > threshold * usual
-        if not slow.any() or slow.all():
+        if not slow.any():
             break
         usual = float(np.median(compute[~slow]))
-        factor = float(np.median(compute[slow])) / usual
-        threshold = max(STRAGGLE, math.sqrt(factor))
-    slow = compute > threshold * usual
-    return it["iteration"][order], slow, compute / usual
+        threshold = max(STRAGGLE, math.sqrt(float(np.median(compute[slow])) / usual))
+    return usual, threshold
 
 
 @dataclass
@@ -239,7 +249,11 @@ def fit_stragglers(workers: list[list[np.ndarray]]) -> list[Stragglers]:
     counts pooled: a probe sees few straggles per worker (rate 0.01, 60 s:
     about 15), the workers together several times more. They share the
     pooled factor too where each one's is within SAME_FACTOR of it."""
-    chains = [chain(runs) for runs in workers]
+    return fit_chains([chain(runs) for runs in workers])
+
+
+def fit_chains(chains: list[Chain]) -> list[Stragglers]:
+    """fit_stragglers() on the workers' chain counts."""
     fitted = [_stragglers(*c.fit(), c.ratios) for c in chains]
     if len(chains) < 2 or same_chain(chains) < SAME:
         return fitted

@@ -81,3 +81,17 @@ def test_applies_fixed_and_per_push_beyond_the_bytes():
     ap["apply"] = 2e-4 + 5e-5 * ap["pushes"]
     found = probe.fit_apply([ap], moving=1e-5)
     assert (found.fixed, found.per_push) == (pytest.approx(2e-4), pytest.approx(4e-5))
+
+
+def test_a_short_run_that_straggled_more_often_than_not():
+    # 31 iterations at 10 ms, 16 of them slowed 4x (a 2 s probe run at b/2 under
+    # 0.05:5:4 drew this): the median is a slowed one; the usual compute and the
+    # straggles are still read from the fast ones, and the device time is 10 ms
+    compute = np.full(31, 0.010)
+    slowed = np.r_[12:20, 23:31]
+    compute[slowed] = 0.040
+    it = rows(worker=np.zeros(31), iteration=np.arange(31), compute=compute, batch=np.full(31, 8))
+    iteration, slow, ratio = probe.classify(it)
+    assert np.flatnonzero(slow).tolist() == slowed.tolist() and ratio[slow] == pytest.approx(4.0)
+    model, _ = probe.device_time([it], 1)
+    assert model.seconds(8) == pytest.approx(0.010)
