@@ -271,9 +271,9 @@ def report(results: list[dict], args, seeds: list[int], total: float | None) -> 
     rows, summary = [], []
     judged = within = noisy = 0
     for r in results:
+        cluster = [r["shape"], SHAPES[r["shape"]]["slowdown"], SHAPES[r["shape"]]["random_stragglers"] or "none"]
         if r.get("failed"):
-            summary.append([r["shape"], SHAPES[r["shape"]]["slowdown"], SHAPES[r["shape"]]["random_stragglers"] or "none",
-                            f"the plan failed: {r['failed']}", None, None, None, r.get("plan_seconds")])
+            summary.append([*cluster, f"the plan failed: {r['failed']}", None, None, None, r.get("plan_seconds")])
             continue
         for name, v in r["candidates"].items():
             if v["error"] is not None:
@@ -288,11 +288,11 @@ def report(results: list[dict], args, seeds: list[int], total: float | None) -> 
                          v["verdict"],
                          None if v["predicted_accuracy"] is None else 100 * v["predicted_accuracy"],
                          None if v["accuracy"] is None else 100 * v["accuracy"], v["stopped_early"], mark])
-        summary.append([r["shape"], SHAPES[r["shape"]]["slowdown"], SHAPES[r["shape"]]["random_stragglers"] or "none",
-                        r["recommended"], r["real_best"], "yes" if r["top_is_best"] else "no", r["regret"],
+        summary.append([*cluster, r["recommended"], r["real_best"], "yes" if r["top_is_best"] else "no", r["regret"],
                         r["plan_seconds"]])
     took = f" This invocation took {total / 60:.1f} min." if total else ""
-    return (f"`mpips plan` on {len(results)} held-out emulated clusters of 1 server + {WORKERS} workers + the "
+    clusters = f"{len(results)} held-out emulated cluster{'s' if len(results) != 1 else ''}"
+    return (f"`mpips plan` on {clusters} of 1 server + {WORKERS} workers + the "
             f"evaluator rank (`--device-time {args.device_time}`, digits MLP, batch 16, {args.epochs:g} epochs, "
             f"target {100 * args.target:g}%, seeds {','.join(map(str, seeds))} in the plan's simulations and in the "
             f"MPI jobs alike), then every candidate for real under MPI. The plan probed each cluster itself "

@@ -64,7 +64,7 @@ def test_a_failed_candidate_shows_why():
     assert v["verdict"] == ("failed: simulated seed 2: diverged: loss nan; MPI seed 2: exit 2: "
                             "mpips.runtime.job.TrainingFailed: the loss diverged (nan) at iteration 41")
     assert v["accuracy"] == pytest.approx(0.97)   # of the runs that ran, not a 0 for the failed one
-    plan = {"runs": [{**r, "candidate": "ssp"} for r in simulated] + [{**r, "candidate": "asp"} for r in runs([2, 2, 2])],
+    plan = {"runs": [{**r, "candidate": "ssp"} for r in simulated] + [{**r, "candidate": "asp"} for r in runs([2] * 3)],
             "recommended": {"candidate": "asp"}, "cluster": {}}
     result = pv.shape_result("mixed", [], plan, {"ssp": measured, "asp": runs([2.1, 2.1, 2.1])}, 70.0)
     assert result["real_best"] == "asp" and result["regret"] == 1.0

@@ -65,7 +65,8 @@ def expected_straggles(rate: float, length: float) -> float:
 @pytest.mark.parametrize("text", ["0.01:10:4", "0.05:5:4", "0.1:5:3"])
 def test_the_emulated_stragglers_come_back_within_their_sample(text):
     (rate, length, factor), = parse_random_stragglers(text)
-    fits = np.array([[[s.rate / rate, s.length / length, s.factor / factor] for s in probe.fit_stragglers(drawn(text, seed))]
+    fits = np.array([[[s.rate / rate, s.length / length, s.factor / factor]
+                      for s in probe.fit_stragglers(drawn(text, seed))]
                      for seed in SEEDS])                          # seed x worker x (rate, length, factor)
     bound = 1.645 / math.sqrt(expected_straggles(rate, length)) * 1.15
     for k, name in enumerate(("rate", "length")):
@@ -83,7 +84,8 @@ def test_a_delayed_fast_iteration_is_not_a_straggle():
     # are not slowed (the threshold is the geometric middle, 2x), so the fit
     # is the one without them (the previous fit, at 1.5x: rate +30%, length -17%)
     for seed in SEEDS[:10]:
-        clean, delayed = probe.fit_stragglers(drawn("0.05:5:4", seed)), probe.fit_stragglers(drawn("0.05:5:4", seed, delayed=0.02))
+        clean = probe.fit_stragglers(drawn("0.05:5:4", seed))
+        delayed = probe.fit_stragglers(drawn("0.05:5:4", seed, delayed=0.02))
         for c, d in zip(clean, delayed):
             assert (d.rate, d.length, d.factor) == (c.rate, c.length, pytest.approx(c.factor, rel=0.01))
 
