@@ -400,7 +400,10 @@ def cmd_plan(args, comm=None) -> int:
         found = cluster.load(path)
         candidates = candidates or [Candidate.parse(c) for c in default_candidates(len(found.workers))]
         os.makedirs(out, exist_ok=True)
-        search = Search({**found.settings(base.batch_size), "straggler": ""}, settings, candidates, seeds, out,
+        # the profile is the cluster: settings given that make one (an emulated
+        # cluster's, probed) do not override it in the search
+        job = {k: v for k, v in settings.items() if k not in CLUSTER}
+        search = Search({**found.settings(base.batch_size), "straggler": ""}, job, candidates, seeds, out,
                         target=args.target, config=config_file, jobs=args.jobs)
         return _plan(search, candidates, found, path, settings, config_file, args, base.time_limit)
     except (ConfigError, OptionError) as e:

@@ -10,15 +10,17 @@ run logs; nothing is timed outside the runtime:
     batch b,   ASP, top-k   compute at b; pushes of few bytes (the latency)
     batch 2b,  ASP, dense   compute at 2b; applies of about one push
 
-- Device time: per worker and batch size the median `compute` (the real
-  forward/backward, and the --device-time emulation's sleep when given);
+- Device time: per worker and batch size the usual `compute` (the real
+  forward/backward, and the --device-time emulation's sleep when given: the
+  median of the iterations not slowed by a straggle);
   one shape a + c*b**p for the cluster, fitted to the medians each divided
   by the worker's own at b (linear, p = 1, unless another p fits more than
   2% better), and a slowdown per worker (its medians over the fastest's).
-- Stragglers: per worker, an iteration more than STRAGGLE times its median
-  is straggling; consecutive ones are one straggle; rate = straggles per
-  iteration not already straggling (the emulation's own rule), length = their
-  mean run, factor = the median of their ratios.
+- Stragglers: per worker, an iteration more than STRAGGLE times its usual
+  compute is slowed; the emulation's model (rate, geometric length, factor)
+  fitted by maximum likelihood to the sequence of slowed and fast
+  iterations, a two-state chain (fit_stragglers); workers whose sequences do
+  not differ significantly are fitted together.
 - Network: pulls and pushes, latency + bytes / bandwidth through the 10th
   percentile of the small (top-k) pushes and of the dense pulls and pushes;
   jitter from the median's excess over it (an exponential's median is ln 2
@@ -31,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,7 +41,9 @@ from ..config import Config
 from ..training.emulation import DeviceTime
 from .profile import Apply, ClusterProfile, Network, Stragglers, WorkerProfile
 
-STRAGGLE = 1.5        # an iteration this many times its worker's median is straggling
+STRAGGLE = 1.5        # an iteration this many times its worker's usual is straggling (at least)
+SAME = 0.01           # workers whose straggle counts are this likely (or more) under one model are pooled
+SAME_FACTOR = 0.05    # pooled workers share the factor when each one's is this close to the pooled
 LINEAR_UNLESS = 0.02  # keep p = 1 unless another p fits this much better (relative error)
 LONG = 1e5            # epochs: the runs end by their time limit
 
@@ -77,7 +82,7 @@ def fit(logs) -> ClusterProfile:
     its = [log.iterations[log.iterations["rejected"] == 0] for log in logs]
     workers = int(logs[0].layout["workers"])
     shape, factors = device_time(its, workers)
-    worker_stragglers = [stragglers([it[it["worker"] == w] for it in its]) for w in range(workers)]
+    worker_stragglers = fit_stragglers([[it[it["worker"] == w] for it in its] for w in range(workers)])
     network = fit_network(its)
     return ClusterProfile(
         tuple(WorkerProfile(shape, f, s) for f, s in zip(factors, worker_stragglers)), network,
@@ -88,7 +93,8 @@ def fit(logs) -> ClusterProfile:
 def device_time(its: list[np.ndarray], workers: int) -> tuple[DeviceTime, list[float]]:
     """The fastest worker's model a + c*b**p and every worker's factor on it."""
     sizes = np.array([int(np.median(it["batch"])) for it in its], float)
-    medians = np.array([[np.median(it["compute"][it["worker"] == w]) for it in its] for w in range(workers)])
+    # outside straggles: the usual compute, not the median, which a short run that straggled often is not
+    medians = np.array([[usual_compute(it["compute"][it["worker"] == w])[0] for it in its] for w in range(workers)])
     middle = int(np.argsort(sizes)[len(sizes) // 2])
     shape = np.median(medians / medians[:, [middle]], axis=0)     # the cluster's curve, 1 at b
     scale = np.median(medians / shape, axis=1)                    # each worker's time at b
@@ -124,23 +130,166 @@ def _error(b, t, a, c, p) -> float:
     return float(np.max(np.abs(a + c * b ** p - t) / t))
 
 
+def classify(it: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One worker's iterations of one run, in iteration order: (iteration
+    numbers, slowed or not, compute over the worker's usual compute).
+
+    The usual compute is the median of the iterations not slowed, first of
+    those within STRAGGLE x the 10th percentile (so a short run that
+    straggled more often than not is read from its fast iterations, not its
+    median); an iteration is slowed above STRAGGLE x the usual, or above the
+    geometric middle sqrt(factor) x the usual where the slowed ones are more
+    than STRAGGLE**2 times slower (the emulation's 4x: a threshold of 2), so
+    that a fast iteration the machine delayed (a late wake-up) is not a straggle."""
+    order = np.argsort(it["iteration"], kind="stable")
+    compute = it["compute"][order].astype(float)
+    usual, threshold = usual_compute(compute)
+    return it["iteration"][order], compute > threshold * usual, compute / usual
+
+
+def usual_compute(compute: np.ndarray) -> tuple[float, float]:
+    """(the usual compute, the threshold over it of a slowed iteration): classify()'s."""
+    compute = np.asarray(compute, float)
+    usual = float(np.median(compute[compute <= STRAGGLE * np.percentile(compute, 10)]))
+    threshold = STRAGGLE
+    for _ in range(3):
+        slow = compute > threshold * usual
+        if not slow.any():
+            break
+        usual = float(np.median(compute[~slow]))
+        threshold = max(STRAGGLE, math.sqrt(float(np.median(compute[slow])) / usual))
+    return usual, threshold
+
+
+@dataclass
+class Chain:
+    """One worker's slowed and fast iterations as the two-state chain they
+    are (fit_stragglers()): counts over the pairs of consecutive iterations."""
+    trials: int = 0      # fast iterations with a next one, and each run's iteration 0
+    starts: int = 0      # of them, the next (iteration 0 itself) slowed
+    slowed: int = 0      # slowed iterations with a next one
+    ends: int = 0        # of them, the next fast
+    ratios: list = field(default_factory=list)   # each slowed iteration's compute over the usual
+
+    def add(self, iteration: np.ndarray, slow: np.ndarray, ratio: np.ndarray | None = None) -> "Chain":
+        """Count one run (in iteration order); a gap in the numbers (a
+        rejected push's iteration dropped) breaks the pairs there."""
+        paired = np.diff(iteration) == 1
+        now, then = slow[:-1][paired], slow[1:][paired]
+        self.trials += int(np.sum(~now))
+        self.starts += int(np.sum(~now & then))
+        self.slowed += int(np.sum(now))
+        self.ends += int(np.sum(now & ~then))
+        if iteration.size and iteration[0] == 0:   # the emulation's iteration 0 may start one
+            self.trials += 1
+            self.starts += int(slow[0])
+        if ratio is not None:
+            self.ratios += ratio[slow].tolist()
+        return self
+
+    def __add__(self, other: "Chain") -> "Chain":
+        return Chain(self.trials + other.trials, self.starts + other.starts, self.slowed + other.slowed,
+                     self.ends + other.ends, self.ratios + other.ratios)
+
+    def rows(self) -> list[tuple[int, int]]:
+        """(successes, trials) of the chain's two rows: starts after a fast iteration, ends of a slowed one."""
+        return [(self.starts, self.trials), (self.ends, self.slowed)]
+
+    def fit(self) -> tuple[float, float]:
+        """Maximum likelihood (rate, mean length) of the emulation's model on these counts."""
+        if not self.starts and not self.slowed:
+            return 0.0, 1.0
+        rate = self.starts / self.trials if self.trials else 1.0
+        if not self.slowed:          # one straggle, on the last iteration: nothing seen of its length
+            return rate, 1.0
+        if not self.ends:            # slowed to the end: at least that long
+            return rate, float(self.slowed + 1)
+        end = self.ends / self.slowed                # q (1 - rate)
+        if end >= 1.0 - rate:        # q <= 1: at the bound, every straggle one iteration, then after a
+            # slowed iteration the next is slowed with probability rate as after a fast one
+            rate = (self.starts + self.slowed - self.ends) / (self.trials + self.slowed)
+            return rate, 1.0
+        return rate, (1.0 - rate) / end
+
+
 def stragglers(runs: list[np.ndarray]) -> Stragglers:
-    """One worker's transient stragglers from its iterations (in order) in each run."""
-    starts = trials = slowed = 0
-    ratios: list[float] = []
+    """One worker's transient stragglers from its iterations in each run
+    (fit_stragglers(), one worker)."""
+    return fit_stragglers([runs])[0]
+
+
+def chain(runs: list[np.ndarray]) -> Chain:
+    """One worker's chain counts over its runs."""
+    counts = Chain()
     for it in runs:
-        order = np.argsort(it["iteration"], kind="stable")
-        ratio = it["compute"][order] / np.median(it["compute"])
-        slow = ratio > STRAGGLE
-        begins = int(np.sum(slow & ~np.r_[False, slow[:-1]]))   # a slow one after a fast one
-        starts += begins
-        trials += int(np.sum(~slow)) + begins     # each iteration not in a straggle may start one
-        slowed += int(np.sum(slow))
-        ratios += ratio[slow].tolist()
-    if not starts:
+        if it.size:
+            counts.add(*classify(it))
+    return counts
+
+
+def fit_stragglers(workers: list[list[np.ndarray]]) -> list[Stragglers]:
+    """Every worker's transient stragglers, from its iterations in each run.
+
+    The emulation's model (mpips/training/emulation.py): an iteration not in
+    a straggle starts one with probability `rate`; it lasts a geometric
+    number of iterations of mean `length` (after each, it ends with
+    probability q = 1/length). A geometric length is memoryless, so whether
+    an iteration is slowed is a two-state chain: after a fast iteration the
+    next is slowed with probability rate; after a slowed one the next is fast
+    with probability q (1 - rate) (the straggle ended, and the iteration
+    after it, free, started none: two straggles back to back are seen as one).
+    The maximum-likelihood rate and q from the pairs of consecutive logged
+    iterations: rate = starts / trials, q (1 - rate) = ends / slowed (a run
+    cut by its time limit inside a straggle counts what it saw, not a short
+    straggle). The factor is the median over the slowed iterations of their
+    compute over the worker's usual.
+
+    Workers whose chains do not differ significantly (a G-test of the two
+    rows' counts over the workers, level SAME) are one model with the
+    counts pooled: a probe sees few straggles per worker (rate 0.01, 60 s:
+    about 15), the workers together several times more. They share the
+    pooled factor too where each one's is within SAME_FACTOR of it."""
+    return fit_chains([chain(runs) for runs in workers])
+
+
+def fit_chains(chains: list[Chain]) -> list[Stragglers]:
+    """fit_stragglers() on the workers' chain counts."""
+    fitted = [_stragglers(*c.fit(), c.ratios) for c in chains]
+    if len(chains) < 2 or same_chain(chains) < SAME:
+        return fitted
+    pooled = sum(chains, Chain())
+    rate, length = pooled.fit()
+    if not rate:
+        return [Stragglers() for _ in chains]
+    common = float(np.median(pooled.ratios))
+    if all(abs(f.factor / common - 1) <= SAME_FACTOR for f, c in zip(fitted, chains) if c.ratios):
+        return [_stragglers(rate, length, pooled.ratios)] * len(chains)
+    return [_stragglers(rate, length, c.ratios or pooled.ratios) for c in chains]
+
+
+def _stragglers(rate: float, length: float, ratios: list[float]) -> Stragglers:
+    if not rate:
         return Stragglers()
-    return Stragglers(rate=starts / trials, length=max(1.0, slowed / starts),
-                      factor=max(1.0, float(np.median(ratios))))
+    return Stragglers(rate=rate, length=max(1.0, length), factor=max(1.0, float(np.median(ratios))))
+
+
+def same_chain(chains: list[Chain]) -> float:
+    """The p-value of the workers' chains being one (the G-test of
+    homogeneity over both rows: starts per trial, ends per slowed iteration)."""
+    from scipy.stats import chi2
+
+    g, df = 0.0, 0
+    for row in range(2):
+        counts = [c.rows()[row] for c in chains if c.rows()[row][1] > 0]
+        if len(counts) < 2:
+            continue
+        k, n = np.array(counts, float).T
+        p = k.sum() / n.sum()
+        for observed, expected in ((k, n * p), (n - k, n * (1 - p))):
+            seen = observed > 0
+            g += 2 * float(np.sum(observed[seen] * np.log(observed[seen] / expected[seen])))
+        df += len(counts) - 1
+    return float(chi2.sf(g, df)) if df else 1.0
 
 
 def fit_network(its: list[np.ndarray]) -> Network:

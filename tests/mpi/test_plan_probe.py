@@ -1,13 +1,20 @@
 """`mpips plan`'s probe under mpiexec -n 5 (1 server + 4 workers) on an
 emulated cluster whose device time is known (--device-time a=2ms,c=1ms,
 --slowdown 1,1,2,4): the profile it writes gives every worker's device time
-within 10% of the emulated one, at every batch size the probe ran."""
+within 10% of the emulated one, at every batch size the probe ran. With
+--random-stragglers too, the stragglers it fits from the iterations' compute
+are those the emulation drew (its `straggler` events in the probe's logs)."""
 from __future__ import annotations
 
+import dataclasses
+import glob
+
+import numpy as np
 import pytest
 
-from mpips.experiments import profile
-from mpips.training.emulation import parse_slowdown
+from mpips.experiments import probe, profile
+from mpips.io.log import RunLog
+from mpips.training.emulation import parse_random_stragglers, parse_slowdown
 
 SLOWDOWN = (1, 1, 2, 4)
 
@@ -16,17 +23,58 @@ def emulated(worker: int, batch: int) -> float:
     return SLOWDOWN[worker] * (0.002 + 0.001 * batch)
 
 
-def test_the_probe_fits_the_emulated_device_times(job_pool, tmp_path):
+def run_probe(job_pool, tmp_path, *flags: str) -> profile.ClusterProfile:
     code, out = job_pool.run(5, ["plan", "--probe-only", "--probe-seconds", "6", "--batch-size", "16",
                                  "--device-time", "a=2ms,c=1ms", "--slowdown", ",".join(map(str, SLOWDOWN)),
-                                 "--stall-timeout", "60", "--out", str(tmp_path)], timeout=120)
+                                 "--stall-timeout", "60", "--out", str(tmp_path), *flags], timeout=120)
     assert code == 0, out[-4000:]
     found = profile.load(str(tmp_path / "cluster.yaml"))
     assert len(found.workers) == 4
     for w, worker in enumerate(found.workers):
         for batch in (8, 16, 32):
             assert worker.seconds(batch) == pytest.approx(emulated(w, batch), rel=0.10), (w, batch)
+    return found
+
+
+def test_the_probe_fits_the_emulated_device_times(job_pool, tmp_path):
+    found = run_probe(job_pool, tmp_path)
+    for worker in found.workers:
         assert worker.stragglers.rate < 0.05   # none emulated: at most a few slow iterations of a loaded machine
     # and the simulator, on it, runs each worker at that speed
     settings = found.settings(batch_size=16)
     assert parse_slowdown(settings["slowdown"]) == pytest.approx(SLOWDOWN, rel=0.10)
+
+
+def test_the_probe_fits_the_stragglers_the_emulation_drew(job_pool, tmp_path):
+    # the device times still within 10% (run_probe) under straggles
+    found = run_probe(job_pool, tmp_path, "--random-stragglers", "0.1:3:4")
+    drawn, misread, iterations = [probe.Chain() for _ in SLOWDOWN], 0, 0
+    for run in sorted(glob.glob(str(tmp_path / "probe" / "*"))):
+        log = RunLog(run)
+        events = log.events("straggler")
+        for w in range(len(SLOWDOWN)):
+            iteration, slow, ratio = probe.classify(log.iterations[log.iterations["worker"] == w])
+            truth = np.zeros(iteration.size, bool)
+            for e in events:
+                if e["worker"] == w:
+                    truth |= (iteration >= e["iteration"]) & (iteration < e["iteration"] + e["iterations"])
+            misread += int(np.sum(slow != truth))
+            iterations += iteration.size
+            drawn[w].add(iteration, truth, ratio)
+    # each iteration read as the emulation slowed it, or not (a loaded machine may delay a few)
+    assert misread <= 0.01 * iterations, f"{misread} of {iterations} iterations misread"
+    starts = sum(c.starts for c in drawn)
+    assert starts >= 20, f"{starts} straggles drawn: too few to tell anything"
+    # The profile holds the fit of the straggles the emulation drew (the same
+    # fit on the slowed iterations its events name): exactly, unless some
+    # iterations were misread, each of which moves a start and an end
+    tolerance = 1e-9 + 2 * misread / starts
+    for w, (worker, expected) in enumerate(zip(found.workers, probe.fit_chains(drawn))):
+        s = worker.stragglers
+        assert s.rate == pytest.approx(expected.rate, rel=tolerance), w
+        assert s.length == pytest.approx(expected.length, rel=tolerance), w
+        assert s.factor == pytest.approx(4, rel=0.05), w
+    # and the simulator draws them so
+    settings = found.settings(batch_size=16)
+    triples = parse_random_stragglers(settings["random_stragglers"], 4)
+    assert triples == [tuple(dataclasses.astuple(w.stragglers)) for w in found.workers][:len(triples)]

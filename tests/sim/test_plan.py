@@ -70,3 +70,18 @@ def test_a_bad_candidate_is_one_line_naming_it(tmp_path, capsys):
                  "--target", "0.5", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "staleness" in err
+
+
+def test_the_profile_is_the_cluster_not_the_settings_that_made_one(tmp_path):
+    # --device-time, --slowdown, --random-stragglers given (an emulated
+    # cluster's, as a probed plan is started): the search simulates the
+    # profile's cluster, and the printed command keeps them
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    given = ["--device-time", "5ms", "--slowdown", "1,1,1,2", "--random-stragglers", "0.2:3:2", "--workers", "4"]
+    assert main(["plan", "--profile", str(tmp_path / "cluster.yaml"), "--candidates", "asp", "--seeds", "0",
+                 "--target", "0.5", "--epochs", "1", "--out", str(tmp_path / "out"), *given]) == 0
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    config = RunLog(plan["runs"][0]["run_dir"]).config
+    assert (config["slowdown"], config["random_stragglers"]) == ("1x3,4", "")
+    assert config["device_time"] == "a=0.0s,c=0.00125s,p=1.0"
+    assert "--slowdown 1,1,1,2 --random-stragglers 0.2:3:2" in plan["recommended"]["mpirun"]
