@@ -25,6 +25,7 @@ compute and push (iteration table), MPI and simulated, per worker.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -210,19 +211,27 @@ def main() -> None:
         acc_sim = float(np.mean([r["sim"]["final_accuracy"] for r in mine]))
         ok_it = max(dev) <= ITER_BOUND
         ok_time = max(abs(x - 1) for x in ratio) <= TIME_BOUND
-        ok_acc = abs(acc_mpi - acc_sim) * 100 <= ACC_BOUND
+        # The seeds' noise: 2 standard errors of the difference of the two means. A
+        # paradigm whose runs swing 10-15 points from seed to seed (GSSP, Sync-Switch
+        # on MNIST-1D) cannot be held to 1.5 points by 3 seeds; its verdict says so.
+        noise = 100 * 2 * math.sqrt(sum(np.var([r[k]["final_accuracy"] for r in mine], ddof=1) / len(mine)
+                                        for k in ("mpi", "sim"))) if len(mine) > 1 else math.inf
+        diff = abs(acc_mpi - acc_sim) * 100
+        ok_acc = diff <= ACC_BOUND
+        acc_verdict = "pass" if ok_acc else "within noise" if diff <= noise else "FAIL"
         summary.append({"paradigm": paradigm, "epochs": mine[0]["epochs"],
                         "iteration_deviation_mean": float(np.mean(dev)), "iteration_deviation_max": max(dev),
                         "class_iteration_deviation_max": max(cls),
                         "time_ratio_mean": float(np.mean(ratio)), "time_ratio_min": min(ratio),
                         "time_ratio_max": max(ratio), "accuracy_mpi": acc_mpi, "accuracy_sim": acc_sim,
-                        "accuracy_points": 100 * (acc_mpi - acc_sim),
+                        "accuracy_points": 100 * (acc_mpi - acc_sim), "accuracy_noise_points": noise,
+                        "accuracy_verdict": acc_verdict,
                         "pass_iterations": ok_it, "pass_time": ok_time, "pass_accuracy": ok_acc})
         yn = {True: "pass", False: "FAIL"}
         rows.append([paradigm, f"{mine[0]['epochs']:g}", 100 * float(np.mean(dev)), 100 * max(dev), yn[ok_it],
                      100 * max(cls),
                      float(np.mean(ratio)), f"{min(ratio):.3f}-{max(ratio):.3f}", yn[ok_time],
-                     100 * acc_mpi, 100 * acc_sim, 100 * (acc_mpi - acc_sim), yn[ok_acc]])
+                     100 * acc_mpi, 100 * acc_sim, 100 * (acc_mpi - acc_sim), noise, acc_verdict])
         mean = {k: {c: float(np.mean([r[k]["mean_ms"][c] for r in mine])) for c in PARTS} for k in ("mpi", "sim")}
         slow = {k: {c: float(np.mean([r[k]["worker_mean_ms"][c][-1] for r in mine])) for c in PARTS}
                 for k in ("mpi", "sim")}
@@ -247,12 +256,13 @@ def main() -> None:
           f"control table free). "
           f"Bounds: every worker's iteration count within {ITER_BOUND:.0%} in every run; MPI wall_seconds over "
           f"simulated (virtual) wall_seconds within {TIME_BOUND:.0%} in every run; final accuracy within "
-          f"{ACC_BOUND} points, mean over seeds. The jobs took {jobs / 60:.1f} min "
+          f"{ACC_BOUND} points, mean over seeds (else, within the seeds' noise: 2 standard errors of the difference of "
+          f"the means, or FAIL). The jobs took {jobs / 60:.1f} min "
           f"(MPI {sum(r['mpi_job_seconds'] for r in runs) / 60:.1f}, simulations "
           f"{sum(r['sim_job_seconds'] for r in runs) / 60:.1f}), this invocation {total / 60:.1f} min.\n\n"
           + table(["paradigm", "epochs", "iter dev % (mean)", "iter dev % (max)", "iterations",
                    "by factor: dev % (max)",
-                   "time MPI/sim (mean)", "time range", "time", "acc MPI %", "acc sim %", "acc diff (points)",
+                   "time MPI/sim (mean)", "time range", "time", "acc MPI %", "acc sim %", "acc diff (points)", "noise (points)",
                    "accuracy"], rows)
           + "\n\nWhere the time goes, MPI / simulated, ms per iteration (means over every iteration and seed; "
             f"the slowest worker, factor {factors[-1]:g}, apart), and the tail after the last push (final evaluation):\n\n"
