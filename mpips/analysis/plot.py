@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import textwrap
 
@@ -88,6 +89,20 @@ def time_label(logs: list[RunLog], what: str = "time") -> str:
 def _title(text: str, width: int) -> str:
     """A title in lines of at most `width` characters, so none is cut."""
     return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False))
+
+
+def _wrapped(label: str, width: int = 40) -> str:
+    """A legend entry in lines of about `width` characters, broken after a
+    ':' or a ', ' (an entry such as localsgd:local_mode=async:dylu=true has
+    no spaces: one line of it squeezed the plots to make room)."""
+    lines, line = [], ""
+    for piece in re.split(r"(?<=:)|(?<=, )", label):
+        if line and len(line) + len(piece) > width:
+            lines.append(line.rstrip())
+            line = piece
+        else:
+            line += piece
+    return "\n".join(lines + [line])
 
 
 def _shade(c, k: int, n: int):
@@ -157,7 +172,7 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
         here = evaluations[evaluations["cluster"] == cluster] if len(evaluations) else evaluations
         for k, ev in (here.groupby("k", sort=True) if len(here) else ()):
             style = dict(color=styles["colour"][k], ls=styles["ls"][k], lw=1.4, alpha=0.9,
-                         label=styles["label"][k], marker="o" if len(ev) <= 25 else None, ms=2.5)
+                         label=_wrapped(styles["label"][k]), marker="o" if len(ev) <= 25 else None, ms=2.5)
             acc.plot(ev["time"], ev["accuracy"], **style)
             loss.plot(ev["time"], ev["loss"], **style)
         if target is not None:
