@@ -3,8 +3,8 @@ comparison's runs: per claim, the measured quantity in each seed, its mean and
 spread, and whether the claim held in every seed (yes), some (partly) or none.
 
 A claim compares a paradigm with others on the same cluster and seed: time to
-the target accuracy (`time_to_target`), time to the end of the budget
-(`wall_seconds`), final accuracy, bytes sent.
+the target accuracy (`time_to_target`), epochs to it (`epochs_to_target`),
+time to the end of the budget (`wall_seconds`), final accuracy, bytes sent.
 Where a paper gives no number ("close to ASP", "about as SSP"), the bound
 used is written in the claim. A seed where the claim's paradigm never reached
 the target reads "never" and does not hold; one where only the paradigm it is
@@ -28,6 +28,18 @@ import pandas as pd
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 # a comparison's run names start with their cluster's first three letters (paradigms.py)
 CLUSTERS = {"het": "heterogeneous", "hom": "homogeneous"}
+H = 8   # Local SGD's local steps at their default (Config.local_steps)
+
+
+def async_local_sgd(workers: int) -> str:
+    """Asynchronous Local SGD as Liu et al. 2024 propose it, as an entry of a
+    comparison (paradigms.py): DyLU, and delayed Nesterov with N = W, so that
+    the outer momentum is applied once per W pushes, as often per sample as
+    the synchronous mode applies it (once a round)."""
+    return f"localsgd:local_mode=async:dylu=true:delayed_nesterov={workers}"
+
+
+ASYNC_LOCAL = "localsgd async"   # the claims' name for async_local_sgd(W) at the rows' W
 
 # (paradigm, cluster, claim as the paper says it, quantity, the bound that makes it hold)
 # quantity(runs of one seed by paradigm) -> number (or str, _speedup's); holds(number) -> bool
@@ -69,6 +81,23 @@ CLAIMS = [
      "time to target, VSGD / SSP", lambda r: _t(r, "vsgd") / _t(r, "ssp"), lambda x: x < 1),
     ("vsgd", "heterogeneous", "VSGD is more accurate than SSP",
      "final accuracy, VSGD - SSP (points)", lambda r: _pts(r, "vsgd", "ssp"), lambda x: x >= 0),
+    # the modern baselines (#38): docs/paradigms.md, "Local SGD and DiLoCo" and "BSP with backup workers"
+    *[("localsgd", cluster, f"DiLoCo reaches BSP's accuracy with about H times fewer pushes (here: pushes to "
+                            f"the target at least H / 1.25, H = {H})",
+       "pushes to target, BSP / DiLoCo", lambda r: _fewer_pushes(r), lambda x: x >= H / 1.25)
+      for cluster in ("heterogeneous", "homogeneous")],
+    *[("localsgd", cluster, "DiLoCo ends at BSP's accuracy (here: at most 1 point below)",
+       "final accuracy, DiLoCo - BSP (points)", lambda r: _pts(r, "localsgd", "bsp"), lambda x: x >= -1)
+      for cluster in ("heterogeneous", "homogeneous")],
+    (ASYNC_LOCAL, "heterogeneous", "Asynchronous Local SGD (DyLU, delayed Nesterov) is faster than synchronous "
+                                   "DiLoCo under heterogeneity",
+     "time to target, async / sync", lambda r: _ratio(r, ASYNC_LOCAL, "localsgd"), lambda x: x < 1),
+    (ASYNC_LOCAL, "heterogeneous", "... at about the same accuracy per sample (here: at most 1 point below)",
+     "final accuracy, async - sync (points)", lambda r: _pts(r, ASYNC_LOCAL, "localsgd"), lambda x: x >= -1),
+    ("backup", "homogeneous", "Backup workers reach the target sooner than BSP under random stragglers",
+     "time to target, backup / BSP", lambda r: _ratio(r, "backup", "bsp"), lambda x: x < 1),
+    ("backup", "homogeneous", "Backup workers have BSP's accuracy per epoch (here: within 1 point)",
+     "final accuracy, backup - BSP (points)", lambda r: _pts(r, "backup", "bsp"), lambda x: abs(x) <= 1),
 ]
 
 
@@ -84,9 +113,25 @@ def _t(runs: dict, name: str, column: str = "time_to_target") -> float:
     return math.inf if math.isnan(t) and name in runs else t
 
 
+def _e(runs: dict, name: str) -> float:
+    """Epochs to target (inf: never)."""
+    return _t(runs, name, "epochs_to_target")
+
+
+def _ratio(runs: dict, a: str, b: str) -> float:
+    """Time to target, a / b: inf (never) when a never reached it, 0 when only b never did."""
+    return _t(runs, a) / _t(runs, b)
+
+
 def _speedup(runs: dict, a: str, base: str) -> float | str:
     """How much sooner a reached the target than `base`: t(base) / t(a) - 1."""
     return _against(_t(runs, a), _t(runs, base), base, lambda ta, tb: tb / ta - 1)
+
+
+def _fewer_pushes(runs: dict) -> float | str:
+    """How many times fewer pushes DiLoCo needed to the target than BSP: a
+    push of Local SGD is H batches, BSP's one, so H x BSP's epochs / DiLoCo's."""
+    return _against(_e(runs, "localsgd"), _e(runs, "bsp"), "bsp", lambda d, b: H * b / d)
 
 
 def _against(a: float, base: float, name: str, better) -> float | str:
@@ -114,7 +159,7 @@ def verdicts(table: list[dict], clusters: dict[str, str]) -> list[dict]:
     for paradigm, cluster, claim, quantity, measure, holds in CLAIMS:
         values = []
         for _, group in frame[frame["cluster"] == cluster].groupby("seed"):
-            runs = {r["paradigm"]: r for r in group.to_dict("records")}
+            runs = {_claim_name(r): r for r in group.to_dict("records")}
             v = measure(runs) if paradigm in runs else math.nan
             if isinstance(v, str) or not math.isnan(v):
                 values.append(v)
@@ -129,6 +174,12 @@ def verdicts(table: list[dict], clusters: dict[str, str]) -> list[dict]:
                     "verdict": "yes" if held == len(values) else "no" if held == 0 else
                     f"partly ({held}/{len(values)} seeds)"})
     return out
+
+
+def _claim_name(row: dict) -> str:
+    """A row's paradigm as the claims name it: async_local_sgd(W) is ASYNC_LOCAL."""
+    workers = int(str(row.get("layout") or "0").split("+")[-1])
+    return ASYNC_LOCAL if row["paradigm"] == async_local_sgd(workers) else row["paradigm"]
 
 
 def _held(holds, value: float | str) -> bool:

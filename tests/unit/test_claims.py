@@ -53,6 +53,30 @@ def test_a_ratio_with_a_run_that_never_reached_it():
     assert sooner["seeds"] == [math.inf, 0.0] and sooner["verdict"] == "partly (1/2 seeds)"
 
 
+def test_the_modern_baselines_claims():
+    sync, async_ = "localsgd", claims.async_local_sgd(8)
+    rows = [row("bsp", 0, "hom", t=40.0, e=10.0, acc=0.960), row("backup", 0, "hom", t=30.0, e=10.0, acc=0.955),
+            row(sync, 0, "hom", t=45.0, e=13.0, acc=0.950),
+            row("bsp", 0, "het", t=60.0, e=10.0, acc=0.960), row(sync, 0, "het", t=None, e=None, acc=0.90),
+            row(async_, 0, "het", t=30.0, e=11.0, acc=0.945),
+            # the same entry at 32 workers is another setup: its DN is not the 32-worker one
+            row(claims.async_local_sgd(32), 0, "hom", t=1.0, e=1.0)]
+    found = check(rows)
+    pushes = [c for c in found if c["quantity"] == "pushes to target, BSP / DiLoCo"]
+    assert [(c["cluster"], c["seeds"], c["verdict"]) for c in pushes] == \
+        [("heterogeneous", [math.inf], "no"), ("homogeneous", [8 * 10.0 / 13.0], "no")]   # under H / 1.25 = 6.4
+    assert claim(found, "DiLoCo ends at BSP's accuracy")["seeds"] == [pytest.approx(-6.0)]
+    faster = claim(found, "Asynchronous Local SGD")
+    assert (faster["paradigm"], faster["cluster"], faster["seeds"], faster["verdict"]) == \
+        (claims.ASYNC_LOCAL, "heterogeneous", [0.0], "yes")   # sync never reached it
+    assert claim(found, "... at about the same accuracy")["seeds"] == [pytest.approx(4.5)]
+    assert claim(found, "Backup workers reach the target sooner")["seeds"] == [0.75]
+    same = claim(found, "Backup workers have BSP's accuracy")
+    assert same["seeds"] == [pytest.approx(-0.5)] and same["verdict"] == "yes"
+    rows[2]["epochs_to_target"] = 12.5   # 8 x 10 / 12.5 = 6.4: the bound itself
+    assert [c["verdict"] for c in check(rows) if c["quantity"] == "pushes to target, BSP / DiLoCo"] == ["no", "yes"]
+
+
 def test_a_results_file_gets_its_claims_again_from_its_rows(tmp_path):
     rows = [row("bsp", 0, t=50.0), row("gssp", 0, t=None)]
     stale = [{"paradigm": "gssp", "cluster": "heterogeneous", "claim": "GSSP is 46% to 120% faster than BSP to the "
