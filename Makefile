@@ -109,7 +109,8 @@ bench: install
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/vs_ddp.py
 
-# The paradigm comparison (benchmarks/paradigms.py): every paradigm and GSSP+GDTopK on
+# The paradigm comparison (benchmarks/paradigms.py): every paradigm, GSSP+GDTopK and
+# asynchronous Local SGD (DyLU, delayed Nesterov) on
 # MNIST-1D with the published CNN, 8 workers in the simulator (a core per rank), two
 # clusters (A100 + V100 speeds, and homogeneous; random stragglers on both), 3 seeds,
 # the seed papers' claims checked; results/paradigms-8.{md,json,csv} and figures.

@@ -35,8 +35,8 @@ import shutil
 import sys
 import time
 
+from claims import async_local_sgd, verdicts
 from claims import render_markdown as render_claims
-from claims import verdicts
 from common import MPI_ENV, RESULTS, write_results
 
 from mpips.analysis.summarize import heterogeneity
@@ -103,11 +103,19 @@ def settings(args, cluster: str) -> dict:
             **cluster_settings(cluster, args.workers)}
 
 
+def default_setups(workers: int) -> list[str]:
+    """Every available paradigm at its defaults (localsgd: synchronous DiLoCo; backup: one
+    backup worker), GSSP with GDTopK, and asynchronous Local SGD with DyLU and delayed
+    Nesterov (claims.async_local_sgd), the claims' set-ups (docs/paradigms.md)."""
+    return available() + ["gssp+gdtopk", async_local_sgd(workers)]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--paradigms", type=lambda s: s.split(","), default=available() + ["gssp+gdtopk"],
-                   help="comma-separated paradigms, or PARADIGM+COMPRESSOR; "
-                        "default: every available one and gssp+gdtopk")
+    p.add_argument("--paradigms", type=lambda s: s.split(","), default=None,
+                   help="comma-separated entries PARADIGM[+COMPRESSOR][:SETTING=VALUE...] (as mpips compare's); "
+                        "default: every available paradigm, gssp+gdtopk and asynchronous Local SGD "
+                        "(claims.async_local_sgd: localsgd:local_mode=async:dylu=true:delayed_nesterov=W)")
     p.add_argument("--clusters", type=lambda s: s.split(","), default=list(CLUSTERS),
                    help=f"comma-separated, of {', '.join(CLUSTERS)}")
     p.add_argument("--seeds", default="0", help="comma-separated")
@@ -136,6 +144,7 @@ def main(argv=None) -> int:
     given = {k: getattr(args, k) for k in ("model", "dataset", "epochs", "lr", "target", "batch_size")
              if getattr(args, k) is not None}
     args.work = {**scaled(WORKLOADS[args.workload], args.workers), **given}
+    args.paradigms = args.paradigms or default_setups(args.workers)
     os.environ.update(MPI_ENV)   # the runs' mpiexec: as root, oversubscribed (docs/environment.md)
 
     started = time.perf_counter()
@@ -157,7 +166,8 @@ def main(argv=None) -> int:
         return 1
     out = os.path.join(RESULTS, args.name)
     shutil.rmtree(out, ignore_errors=True)
-    result = report(runs, out, target=args.work["target"], csv=out + ".csv")
+    labels = {run: name for comparison in comparisons for run, name in comparison.labels.items()}
+    result = report(runs, out, target=args.work["target"], csv=out + ".csv", labels=labels)
     settings_ = {"workload": args.workload, **args.work,
                  **{k: getattr(args, k) for k in ("paradigms", "clusters", "seeds", "workers", "simulate")}}
     claims = verdicts(result.rows, {heterogeneity(settings(args, c)): c for c in args.clusters})

@@ -62,7 +62,8 @@ def scale_table(data: dict) -> str:
     for paradigm, g in df.groupby("paradigm", sort=False):
         by = {r["workers"]: r for r in g.to_dict("records")}
         final = [f"{100 * by[w]['final_accuracy']:.1f}%" if w in by else "failed" for w in workers]
-        times = [f"{by[w][f'time_to_{t}']:.1f}" if w in by and by[w][f"time_to_{t}"] is not None else "-"
+        # (a time never reached: None in the JSON, NaN once in the frame)
+        times = [f"{by[w][f'time_to_{t}']:.1f}" if w in by and pd.notna(by[w][f"time_to_{t}"]) else "-"
                  for t in targets for w in workers]
         lines.append(f"| {paradigm} | " + " | ".join(final + times) + " |")
     return "\n".join(lines) + "\n"

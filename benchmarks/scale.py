@@ -6,7 +6,9 @@
                                                # the same at other learning rates: results/scale-async-lr*
 
 Every paradigm at its default settings plus `--evaluator` (GSSP: `--groups`
-sqrt(W), see below), MNIST-1D with the published CNN (cnn1d) on 256,000
+sqrt(W), see below), and asynchronous Local SGD with DyLU and delayed
+Nesterov, N = W (claims.async_local_sgd: an entry's value `W` is the worker
+count; entries as `mpips compare --paradigms` reads them), MNIST-1D with the published CNN (cnn1d) on 256,000
 signals (204,800 for training: one epoch is 50 rounds of BSP at 256 workers),
 batch 16 per worker, device time 20 ms per iteration (the simulator's default),
 on the shared-cluster mix of sim_common.py: 70% of the workers at 1x, 15% at
@@ -43,8 +45,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import RESULTS, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 import sim_common  # noqa: E402
+from mpips.experiments.setups import Setup, file_name  # noqa: E402
 
-PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd")
+# entries PARADIGM[+COMPRESSOR][:SETTING=VALUE...]; a value W is the run's worker count
+PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd", "backup", "localsgd",
+             "localsgd:local_mode=async:dylu=true:delayed_nesterov=W")
 WORKERS = (16, 64, 256)
 EPOCHS = {16: 1.5, 64: 3.0, 256: 8.0}
 LR = {16: 0.05, 64: 0.1, 256: 0.2}   # 0.05 x sqrt(W / 16)
@@ -69,9 +74,15 @@ def lr_for(workers: int) -> float:
     return LR.get(workers, 0.05 * math.sqrt(workers / 16))
 
 
+def at(entry: str, workers: int) -> Setup:
+    """An entry's settings at `workers` workers (a value W is their count)."""
+    return Setup.parse(":".join(item[:-1] + str(workers) if item.endswith("=W") else item
+                                for item in entry.split(":")))
+
+
 def overrides(paradigm: str, workers: int, run_dir: str, seed: int) -> dict:
     epochs = EPOCHS[workers]
-    o = {**WORKLOAD, "paradigm": paradigm, "workers": workers, "epochs": epochs, "lr": lr_for(workers),
+    o = {**WORKLOAD, **at(paradigm, workers).settings, "workers": workers, "epochs": epochs, "lr": lr_for(workers),
          "evaluator": True,
          "eval_every": epochs / 40, "seed": seed, "run_dir": run_dir, **sim_common.options(workers)}
     if paradigm == "gssp":
@@ -96,7 +107,7 @@ def inner(paradigm: str, workers: int, run_dir: str, seed: int) -> dict:
 
 
 def run(paradigm: str, workers: int, seed: int, keep: bool) -> dict:
-    run_dir = os.path.join(RUNS, f"w{workers}-{paradigm}-s{seed}")
+    run_dir = os.path.join(RUNS, f"w{workers}-{file_name(paradigm)}-s{seed}")
     stamp = os.path.join(run_dir, "scale.json")
     if keep and os.path.exists(stamp):
         with open(stamp) as fh:
@@ -156,6 +167,8 @@ def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> li
     by = {(r["paradigm"], r["workers"]): r for r in ok}
     names = []
     markers = "os^vDP*Xh"
+    # a colour per entry: tab10's, then others (an eleventh entry drew in the first one's blue)
+    colours = list(plt.get_cmap("tab10").colors) + ["black", "darkgoldenrod", "navy", "crimson"]
 
     def per_w(key, ylabel, fname, title, logy=False):
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -163,7 +176,7 @@ def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> li
         for k, p in enumerate(paradigms):
             xs = [w for w in workers if (p, w) in by and by[(p, w)].get(key) is not None]
             values += [by[(p, w)][key] for w in xs]
-            ax.plot(xs, [by[(p, w)][key] for w in xs], marker=markers[k % len(markers)], label=p)
+            ax.plot(xs, [by[(p, w)][key] for w in xs], marker=markers[k % len(markers)], label=p, color=colours[k])
         ax.set_xscale("log", base=2)
         ax.set_xticks(workers, [str(w) for w in workers])
         if logy and values:
@@ -191,7 +204,8 @@ def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> li
         for k, p in enumerate(paradigms):
             if (p, w) in by:
                 c = by[(p, w)]["curve"]
-                ax.plot(c["time"], c["accuracy"], label=p, marker=markers[k % len(markers)], markersize=3)
+                ax.plot(c["time"], c["accuracy"], label=p, marker=markers[k % len(markers)], markersize=3,
+                        color=colours[k])
         ax.set_title(f"{w} workers, {EPOCHS[w]:g} epochs", fontsize=10)
         ax.set_xlabel("virtual seconds")
         ax.set_ylim(0, 1)
@@ -254,7 +268,8 @@ def markdown(results: list[dict], paradigms: list[str], workers: list[int], figs
                 f"at 1x, `--evaluator`, seed {seed}, one run each (the simulator is deterministic; no spread over "
                 f"seeds). Budget (`--epochs`, global): " + ", ".join(f"W={w}: {EPOCHS[w]:g}" for w in workers)
                 + f". Cluster: {sim_common.DESCRIPTION}. GSSP: `--groups` sqrt(W) = "
-                + ", ".join(str(groups_for(w)) for w in workers) + "; every other setting at its default. "
+                + ", ".join(str(groups_for(w)) for w in workers) + "; asynchronous Local SGD's `--delayed-nesterov` W; "
+                "Local SGD's inner optimizer: SGD at the lr above, momentum 0.9; every other setting at its default. "
                 f"Times are virtual seconds (the simulator's clock). The runs took {total / 60:.1f} min of wall time.")
     return (settings + "\n\n## Time to target and final accuracy\n\n" + main
             + "\n\n## Every run\n\n`round / T`: virtual time per W pushes over the 1x device time (1.00 = every "
@@ -281,6 +296,11 @@ def main() -> int:
     args = p.parse_args()
     paradigms = [x for x in args.paradigms.split(",") if x]
     workers = [int(x) for x in args.workers.split(",") if x]
+    try:
+        for entry in paradigms:
+            at(entry, workers[0])
+    except ValueError as e:   # OptionError: one line naming the entry
+        p.error(str(e))
     EPOCHS.update({int(w): float(e) for w, e in (item.split(":") for item in args.epochs.split(",") if item)})
     LR.update({int(w): float(x) for w, x in (item.split(":") for item in args.lr.split(",") if item)})
     global FIGURES, RUNS

@@ -17,9 +17,9 @@ Writes into the output directory:
                         VSGD's learning-rate scales, the servers' lr and
                         momentum, GSSP's groups and exchanges, other events
 
-Runs are labelled by their paradigm and the settings that differ between the
-runs plotted (summarize's `differing_settings`), by seed where only that
-differs. Times of simulated runs are virtual (`mpips simulate`), and the axes
+Runs are labelled by their paradigm (or the `mpips compare` entry that made
+them) and the settings that differ between the runs plotted (summarize's
+`shown_settings`), by seed where only that differs. Times of simulated runs are virtual (`mpips simulate`), and the axes
 say so.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import textwrap
 
@@ -44,8 +45,8 @@ from ..io.log import LogError, RunLog  # noqa: E402
 from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
 from ..validate import number_in  # noqa: E402
 from ..training.emulation import parse_slowdown  # noqa: E402
-from .summarize import (CLUSTER_KEYS, PARADIGM_KEYS, differing_settings, find_runs,  # noqa: E402
-                        heterogeneity, paradigm_label, settings, settings_label)
+from .summarize import (CLUSTER_KEYS, PARADIGM_KEYS, find_runs, heterogeneity,  # noqa: E402
+                        labelled, run_label, settings, settings_label, shown_settings)
 
 DPI = 110
 # One colour per paradigm, the same in every figure.
@@ -90,6 +91,20 @@ def _title(text: str, width: int) -> str:
     return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False))
 
 
+def _wrapped(label: str, width: int = 40) -> str:
+    """A legend entry in lines of about `width` characters, broken after a
+    ':' or a ', ' (an entry such as localsgd:local_mode=async:dylu=true has
+    no spaces: one line of it squeezed the plots to make room)."""
+    lines, line = [], ""
+    for piece in re.split(r"(?<=:)|(?<=, )", label):
+        if line and len(line) + len(piece) > width:
+            lines.append(line.rstrip())
+            line = piece
+        else:
+            line += piece
+    return "\n".join(lines + [line])
+
+
 def _shade(c, k: int, n: int):
     """The k-th of n shades of colour c, from darker to lighter."""
     if n == 1:
@@ -108,10 +123,10 @@ def run_labels(logs: list[RunLog]):
     if not logs:
         return pd.DataFrame(columns=["cluster", "group", "paradigm", "seed", "run", "label", "ls", "colour"])
     every = [settings(log) for log in logs]
-    keys = differing_settings(every, skip=PARADIGM_KEYS + CLUSTER_KEYS)
+    keys = shown_settings(logs, every, skip=PARADIGM_KEYS + CLUSTER_KEYS)
     runs = pd.DataFrame({
         "cluster": [heterogeneity(log.config) for log in logs],
-        "group": [", ".join(filter(None, (paradigm_label(log.config), settings_label(s, keys))))
+        "group": [", ".join(filter(None, (run_label(log), settings_label(s, keys))))
                   for log, s in zip(logs, every)],
         "paradigm": [log.paradigm for log in logs], "seed": [log.config["seed"] for log in logs],
         "run": [log.name for log in logs]})
@@ -136,7 +151,7 @@ def evaluation_frame(logs: list[RunLog]):
     pushes, loss, accuracy)."""
     labels = run_labels(logs)
     parts = [log.evaluations_df.assign(k=k, run=log.name, cluster=heterogeneity(log.config),
-                                       name=paradigm_label(log.config), paradigm=log.paradigm,
+                                       name=run_label(log), paradigm=log.paradigm,
                                        group=labels["group"][k], label=labels["label"][k])
              for k, log in enumerate(logs)]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -157,7 +172,7 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
         here = evaluations[evaluations["cluster"] == cluster] if len(evaluations) else evaluations
         for k, ev in (here.groupby("k", sort=True) if len(here) else ()):
             style = dict(color=styles["colour"][k], ls=styles["ls"][k], lw=1.4, alpha=0.9,
-                         label=styles["label"][k], marker="o" if len(ev) <= 25 else None, ms=2.5)
+                         label=_wrapped(styles["label"][k]), marker="o" if len(ev) <= 25 else None, ms=2.5)
             acc.plot(ev["time"], ev["accuracy"], **style)
             loss.plot(ev["time"], ev["loss"], **style)
         if target is not None:
@@ -187,7 +202,7 @@ def target_frame(logs: list[RunLog], target: float):
     labels = run_labels(logs)
     return pd.DataFrame({
         "cluster": labels["cluster"],
-        "name": [paradigm_label(log.config) for log in logs],
+        "name": [run_label(log) for log in logs],
         "paradigm": labels["paradigm"],
         "group": labels["group"],
         "colour": labels["colour"],
@@ -393,7 +408,7 @@ def timeline_figure(log: RunLog, path: str, window: tuple[float, float] | None =
     _draw_timeline(whole, log, 0.0, float(_ends(it).max()), per_worker)
     whole.axvspan(lo, hi, color="black", alpha=0.08, lw=0)
     rows_are = "worker" if per_worker else "speed class (mean share of each time bin)"
-    whole.set_title(_title(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config, short=True)}, "
+    whole.set_title(_title(f"{log.name}: {run_label(log)}, {heterogeneity(log.config, short=True)}, "
                            f"{workers} workers, a row per {rows_are} (whole run; shaded: the window below)",
                            150), fontsize=10)
     _draw_timeline(zoom, log, lo, hi, per_worker)
@@ -662,7 +677,7 @@ def dynamics_figure(log: RunLog, path: str) -> str | None:
         ax.set_title(title, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(time_label([log]))
-    fig.suptitle(_title(f"{log.name}: {paradigm_label(log.config)}, {heterogeneity(log.config, short=True)}", 120),
+    fig.suptitle(_title(f"{log.name}: {run_label(log)}, {heterogeneity(log.config, short=True)}", 120),
                  fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     return _save(fig, path)
@@ -670,11 +685,13 @@ def dynamics_figure(log: RunLog, path: str) -> str | None:
 
 # all of it ------------------------------------------------------------------
 def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
-              window: tuple[float, float] | None = None, per_run: list[str] | None = None) -> list[str]:
+              window: tuple[float, float] | None = None, per_run: list[str] | None = None,
+              labels: dict[str, str] | None = None) -> list[str]:
     """Every figure for these runs into out_dir; returns the files written.
-    Timelines and dynamics only for the runs in `per_run` (default: all)."""
+    Timelines and dynamics only for the runs in `per_run` (default: all).
+    `labels` (run directory -> name): what the runs it names are called."""
     os.makedirs(out_dir, exist_ok=True)
-    logs = [RunLog(d) for d in run_dirs]
+    logs = labelled([RunLog(d) for d in run_dirs], labels)
     written = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
                staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
     if target is not None:

@@ -106,6 +106,32 @@ def paradigm_label(config: dict) -> str:
     return config["paradigm"] + (f"+{compressor}" if compressor != "none" else "")
 
 
+def run_label(log: RunLog) -> str:
+    """What a run ran, as the tables and figures name it: the entry of the
+    comparison that made it (`RunLog.label`), else its paradigm label."""
+    return log.label or paradigm_label(log.config)
+
+
+def labelled(logs: list[RunLog], labels: dict[str, str] | None) -> list[RunLog]:
+    """`logs`, each labelled by `labels` (run directory -> label) where it names it."""
+    for log in logs:
+        log.label = (labels or {}).get(log.run_dir, log.label)
+    return logs
+
+
+def shown_settings(logs: list[RunLog], every: list[dict], skip=()) -> list[str]:
+    """The keys of the runs' `settings` (`every`) that tell them apart
+    (`differing_settings`), less, where runs are labelled, those that no
+    label's runs differ in: their labels say them (localsgd:local_mode=async)."""
+    keys = differing_settings(every, skip=skip)
+    if not any(log.label for log in logs):
+        return keys
+    groups: dict[str, list[dict]] = {}
+    for log, s in zip(logs, every):
+        groups.setdefault(run_label(log), []).append(s)
+    return [k for k in keys if any(len({repr(s.get(k)) for s in g}) > 1 for g in groups.values())]
+
+
 def heterogeneity(config: dict, short: bool = False) -> str:
     """The emulated cluster in words, from the configuration; `short`: a
     title's, where the factors or stragglers would not fit in a line."""
@@ -175,7 +201,7 @@ def run_row(log: RunLog, target: float) -> dict:
     reached = log.time_to_accuracy(target)
     return {
         "run": log.name,
-        "paradigm": paradigm_label(log.config),
+        "paradigm": run_label(log),
         "layout": layout_label(log.layout),
         "workload": workload(log),
         "heterogeneity": heterogeneity(log.config),
@@ -189,13 +215,14 @@ def run_row(log: RunLog, target: float) -> dict:
     }
 
 
-def table(run_dirs: list[str], target: float):
+def table(run_dirs: list[str], target: float, labels: dict[str, str] | None = None):
     """One row per run (a DataFrame; NaN where a run has no value); `settings`:
-    what differs between these runs beyond the other columns and the seed."""
-    logs = [RunLog(d) for d in run_dirs]
+    what differs between these runs beyond the other columns and the seed.
+    `labels` (run directory -> name): the `paradigm` of the runs it names."""
+    logs = labelled([RunLog(d) for d in run_dirs], labels)
     frame = pd.DataFrame([run_row(log, target) for log in logs])
     every = [settings(log) for log in logs]
-    keys = differing_settings(every, skip=OWN_COLUMNS)
+    keys = shown_settings(logs, every, skip=OWN_COLUMNS)
     if logs:
         frame.insert(frame.columns.get_loc("heterogeneity") + 1, "settings",
                      [settings_label(s, keys) for s in every])
@@ -228,8 +255,8 @@ def _none(v):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def rows(run_dirs: list[str], target: float) -> list[dict]:
-    return records(table(run_dirs, target))
+def rows(run_dirs: list[str], target: float, labels: dict[str, str] | None = None) -> list[dict]:
+    return records(table(run_dirs, target, labels))
 
 
 def mean_rows(table: list[dict]) -> list[dict]:

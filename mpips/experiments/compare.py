@@ -4,9 +4,11 @@
         --slowdown 1,1,2,4 --epochs 10 --evaluator --runs runs/cmp --out results/cmp
     mpips compare --simulate --paradigms ssp,dssp --workers 64 --epochs 5
 
-Every (seed, paradigm) is one run with the same train settings; each paradigm
-keeps its own defaults, and PARADIGM+COMPRESSOR (gssp+gdtopk) adds
---compressor. A run is `LAUNCHER -n RANKS python -m mpips train` (RANKS as
+Every (seed, entry of --paradigms) is one run with the same train settings;
+each paradigm keeps its own defaults. An entry is PARADIGM[+COMPRESSOR]
+[:SETTING=VALUE...] (mpips/experiments/setups.py, as `mpips plan
+--candidates`): gssp+gdtopk adds --compressor gdtopk, localsgd:local_mode=async:dylu=true
+its own settings over the shared ones; the tables call its runs by the entry. A run is `LAUNCHER -n RANKS python -m mpips train` (RANKS as
 `mpips ranks` counts them) or, with --simulate, `python -m mpips simulate`,
 each in a fresh process, into RUNS/NAME-sSEED/ with its output in
 RUNS/NAME-sSEED.out. Then the table (and its mean over seeds) on the terminal
@@ -23,31 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from ..config import COMPRESSORS, ConfigError, field_types, load
+from ..config import ConfigError, field_types, load
 from ..validate import number_in
 from ..io.log import RunLog
 from ..paradigms import available
 from ..runtime.layout import ranks_for
 from .launch import default_launcher, launcher_words, run_to_file
-
-# Settings each run gets from the comparison (--paradigms, --seeds, --runs), not from the user.
-PER_RUN = ("paradigm", "seed", "run_dir")
-
-
-class OptionError(ValueError):
-    """A bad option of `mpips compare`; `str()` is one line naming it and what is allowed."""
-
-    def __init__(self, option: str, value: str, allowed: str):
-        super().__init__(f"invalid {option} {value!r}: {allowed}")
-
-
-def setup_settings(name: str) -> dict:
-    """The settings of one entry of --paradigms: PARADIGM or PARADIGM+COMPRESSOR."""
-    paradigm, plus, compressor = name.partition("+")
-    if paradigm not in available() or (plus and compressor not in COMPRESSORS[1:]):
-        raise OptionError("--paradigms", name, f"one of {', '.join(available())}, each optionally "
-                                               f"+{' or +'.join(COMPRESSORS[1:])} (e.g. gssp+gdtopk)")
-    return {"paradigm": paradigm, **({"compressor": compressor} if plus else {})}
+from .setups import PER_RUN, OptionError, Setup, file_name  # noqa: F401 - PER_RUN, OptionError: this module's too
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -94,7 +78,7 @@ def failure_reason(output: str) -> str:
 class Comparison:
     """The runs of a comparison, checked when made: a bad entry or setting
     raises OptionError or ConfigError before anything is trained."""
-    setups: list[str]                     # paradigms, or PARADIGM+COMPRESSOR
+    setups: list[str]                     # entries PARADIGM[+COMPRESSOR][:SETTING=VALUE...] (setups.py)
     seeds: list[int]
     settings: dict                        # train settings of every run, by Config field
     runs: str                             # where the run directories go
@@ -107,9 +91,11 @@ class Comparison:
     plugins: list[str] = field(default_factory=list)
     parallel: int = 1                     # simulated runs at once (MPI runs: always one at a time)
     plan: list[tuple[str, list[str]]] = field(init=False)   # (run directory, command), seeds outermost
+    labels: dict[str, str] = field(init=False)   # run directory -> its entry (the tables' name for it)
 
     def __post_init__(self):
-        self.setups = list(dict.fromkeys(self.setups))
+        self.setups = list(dict.fromkeys(s.strip() for s in self.setups))
+        entries = [Setup.parse(name) for name in self.setups]
         if self.parallel < 1:
             raise OptionError("--parallel", str(self.parallel), "a whole number >= 1")
         own = (["--config", self.config] if self.config else []) + [a for p in self.plugins for a in ("--plugin", p)]
@@ -117,21 +103,24 @@ class Comparison:
             launcher = [] if self.simulate else launcher_words(self.launcher)
         except ValueError as e:
             raise OptionError("--launcher", self.launcher, str(e)) from None
-        self.plan = []
+        self.plan, self.labels = [], {}
         for seed in self.seeds:
-            for name in self.setups:
-                run_dir = os.path.join(self.runs, f"{self.prefix}{name}-s{seed}")
-                settings = {**self.settings, **setup_settings(name), "seed": seed, "run_dir": run_dir}
-                config = load(self.config, settings)
-                if self.simulate:
-                    from ..runtime.simulate import simulated_config   # torch: only to simulate
+            for entry in entries:
+                run_dir = os.path.join(self.runs, f"{self.prefix}{file_name(entry.name)}-s{seed}")
+                settings = {**self.settings, **entry.settings, "seed": seed, "run_dir": run_dir}
+                with entry.blame():
+                    config = load(self.config, settings)
+                    if self.simulate:
+                        from ..runtime.simulate import simulated_config   # torch: only to simulate
 
-                    simulated_config(config)
+                        simulated_config(config)
+                if self.simulate:
                     start = [sys.executable, "-m", "mpips", "simulate"]
                 else:
                     start = [*launcher, "-n", str(ranks_for(config)),
                              sys.executable, "-m", "mpips", "train"]
                 self.plan.append((run_dir, [*start, *own, *flags(settings)]))
+                self.labels[run_dir] = entry.name
 
     def train(self) -> tuple[list[str], list[str]]:
         """Train every run; returns (the run directories that finished, 'NAME: why' of each that failed),
@@ -176,18 +165,19 @@ class Report:
     figures: list[str]
 
 
-def report(runs: list[str], out: str, *, target: float, csv: str) -> Report:
+def report(runs: list[str], out: str, *, target: float, csv: str, labels: dict[str, str] | None = None) -> Report:
     """The table of `runs`, its raw values written to `csv`, and every figure
     in `out`; timelines and dynamics only for the first seed's runs (the
-    others add to the summaries)."""
+    others add to the summaries). `labels` (Comparison.labels): each run's
+    entry, its name in the table and figures."""
     # pandas and matplotlib only once there is something to show
     from ..analysis.plot import plot_runs
     from ..analysis.summarize import mean_rows, render_markdown, render_text, rows, write_csv
 
-    table = rows(runs, target)
+    table = rows(runs, target, labels)
     first = table[0]["seed"]
     figures = plot_runs(runs, out, target=target,
-                        per_run=[d for d, r in zip(runs, table) if r["seed"] == first])
+                        per_run=[d for d, r in zip(runs, table) if r["seed"] == first], labels=labels)
     write_csv(table, csv)
     seeds = sorted({r["seed"] for r in table})
     means = mean_rows(table) if len(seeds) > 1 else []
@@ -204,9 +194,10 @@ def report(runs: list[str], out: str, *, target: float, csv: str) -> Report:
 def add_arguments(p) -> None:
     """`mpips compare`'s own options (cli.py adds every train setting but PER_RUN)."""
     p = p.add_argument_group("comparison (the other options: train settings of every run)")
-    p.add_argument("--paradigms", default=",".join(available()), metavar="P[+COMPRESSOR],...",
-                   help="paradigms to compare, a PARADIGM+COMPRESSOR (gssp+gdtopk) with --compressor "
-                        "[default: every registered one]")
+    p.add_argument("--paradigms", default=",".join(available()), metavar="P[+COMPRESSOR][:SETTING=VALUE...],...",
+                   help="what to compare: paradigms, each with a compressor (gssp+gdtopk) or settings of its "
+                        "own over the shared ones (ssp:staleness=1, localsgd:local_mode=async:dylu=true), as "
+                        "`mpips plan --candidates` [default: every registered paradigm]")
     p.add_argument("--seeds", default="0", help="comma-separated seeds, one run each [default: 0]")
     p.add_argument("--runs", default=os.path.join("runs", "compare"),
                    help="where the run directories go [default: runs/compare]")
@@ -241,7 +232,7 @@ def cmd_compare(args) -> int:
         print("mpips: error: no run finished", file=sys.stderr, flush=True)
         return 1
     out = args.out or os.path.join(args.runs, "summary")
-    result = report(runs, out, target=args.target, csv=os.path.join(out, "table.csv"))
+    result = report(runs, out, target=args.target, csv=os.path.join(out, "table.csv"), labels=comparison.labels)
     with open(os.path.join(out, "table.md"), "w") as fh:
         fh.write(result.markdown)
     print(result.text, end="")

@@ -27,37 +27,19 @@ import shlex
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
-from ..config import Config, ConfigError, coerce, load
+from ..config import Config, ConfigError, load
 from ..validate import number_in, one_line
-from ..paradigms import available
 from .compare import flags as as_flags
+from .setups import PER_RUN, OptionError, Setup, file_name
 
 STOP_AFTER = 3.0   # a run this many times slower to the target than the best known is hopeless
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A paradigm with settings, written PARADIGM[:setting=value...] (ssp:staleness=1)."""
-    name: str
-    settings: dict
-
-    @classmethod
-    def parse(cls, text: str) -> "Candidate":
-        paradigm, *items = text.strip().split(":")
-        if paradigm not in available():
-            raise ConfigError("candidates", text, f"PARADIGM[:setting=value...], PARADIGM one of "
-                                                  f"{', '.join(available())}, e.g. ssp:staleness=1")
-        settings: dict[str, Any] = {"paradigm": paradigm}
-        for item in items:
-            name, eq, value = item.partition("=")
-            name = name.strip().replace("-", "_")
-            if not eq or name in ("paradigm", "seed", "run_dir"):
-                raise ConfigError("candidates", text, f"{item!r}: setting=value, a train setting other "
-                                                      f"than paradigm, seed and run_dir")
-            settings[name] = coerce(name, value.strip())
-        return cls(text.strip(), settings)
+class Candidate(Setup):
+    """A paradigm with settings, written PARADIGM[+COMPRESSOR][:SETTING=VALUE...]
+    (ssp:staleness=1): setups.py's entries, as `mpips compare --paradigms`'."""
+    OPTION = "--candidates"
 
 
 def default_candidates(workers: int) -> list[str]:
@@ -150,10 +132,11 @@ class Search:
         self.runs = []
         for seed in self.seeds:
             for c in self.candidates:
-                run_dir = os.path.join(self.out, "runs", f"{_file_name(c.name)}-s{seed}")
-                config = load(self.config, {**self.profile_settings, **self.settings, **c.settings,
-                                            "seed": seed, "run_dir": run_dir, "overwrite": True})
-                self.runs.append((c, seed, simulated_config(config)))
+                run_dir = os.path.join(self.out, "runs", f"{file_name(c.name)}-s{seed}")
+                with c.blame():
+                    config = load(self.config, {**self.profile_settings, **self.settings, **c.settings,
+                                                "seed": seed, "run_dir": run_dir, "overwrite": True})
+                    self.runs.append((c, seed, simulated_config(config)))
         if not self.target and not self.runs[0][2].time_limit:
             raise ConfigError("target", self.target, "give --target ACC (rank by the time to it) or "
                                                      "--time-limit SECONDS (rank by the accuracy then)")
@@ -195,10 +178,6 @@ class Search:
             return own
         hopeless = STOP_AFTER * min(times)
         return min(own, hopeless) if own else hopeless
-
-
-def _file_name(name: str) -> str:
-    return name.replace(":", "-").replace("=", "")
 
 
 def _line(run: Run, k: int, n: int, target: float | None) -> str:
@@ -336,7 +315,6 @@ def write(out: str, record: dict, text: str) -> None:
 
 # --- the command ------------------------------------------------------------------
 
-PER_RUN = ("paradigm", "seed", "run_dir")   # each candidate's run sets these
 # What the profile says about the cluster: in the search it wins over the same
 # settings given (which made the emulated cluster that was probed, and go into
 # the printed command that trains on it).
@@ -375,7 +353,7 @@ def cmd_plan(args, comm=None) -> int:
     """`comm`: the ranks of a probe (default COMM_WORLD; cli.main's, as for train)."""
     from ..config import field_types
     from . import profile as cluster
-    from .compare import OptionError, parse_seeds
+    from .compare import parse_seeds
 
     settings = {k: v for k, v in vars(args).items() if k in field_types()}
     config_file = getattr(args, "config", None)

@@ -420,6 +420,9 @@ class RunLog:
 
     def __init__(self, run_dir: str):
         self.run_dir = run_dir
+        # what a comparison called the run's setup (`mpips compare`'s entry, e.g.
+        # localsgd:local_mode=async); None: the tables and figures name it by its paradigm
+        self.label: str | None = None
         path = os.path.join(run_dir, "run.h5")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no run log here (is {run_dir} a run directory?)")

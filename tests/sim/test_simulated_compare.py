@@ -80,3 +80,22 @@ def test_reuse_keeps_finished_runs_and_a_failed_run_is_left_out(compared, capsys
     with open(base / "again" / "table.csv") as fh:
         assert [r["run"] for r in csv.DictReader(fh)] == ["bsp-s0"]
     assert "Mean over seeds" not in (base / "again" / "table.md").read_text()
+
+
+def test_an_entry_with_settings_is_named_by_it_in_the_table_and_figures(tmp_path):
+    # Local SGD in its two modes beside SSP: the runs' logs all say "localsgd" or "ssp", the
+    # comparison's rows and means say the entries, and the settings column does not
+    # repeat what the entries say (local_mode, dylu: each entry's runs agree on them)
+    entries = ["ssp", "localsgd", "localsgd:local_mode=async:dylu=true"]
+    assert main(["compare", "--simulate", "--parallel", "2", "--paradigms", ",".join(entries), "--seeds", "0",
+                 *JOB, "--target", "0.3", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    names = ["ssp-s0", "localsgd-s0", "localsgd-local_modeasync-dylutrue-s0"]
+    configs = [RunLog(str(tmp_path / "runs" / n)).config for n in names]
+    assert [(c["paradigm"], c["local_mode"], c["dylu"]) for c in configs] == \
+        [("ssp", "sync", False), ("localsgd", "sync", False), ("localsgd", "async", True)]
+    with open(tmp_path / "out" / "table.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["run"], r["paradigm"], r["settings"]) for r in rows] == [(n, e, "") for n, e in zip(names, entries)]
+    lines = (tmp_path / "out" / "table.md").read_text().splitlines()
+    assert [line.split(" | ")[1] for line in lines[2:5]] == entries
+    assert (tmp_path / "out" / "timeline-localsgd-local_modeasync-dylutrue-s0.png").exists()

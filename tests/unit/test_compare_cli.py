@@ -10,17 +10,75 @@ import pytest
 
 from mpips import cli
 from mpips.config import ConfigError
-from mpips.experiments.compare import (Comparison, OptionError, failure_reason, flags, parse_seeds,
-                                       setup_settings)
+from mpips.experiments.compare import Comparison, OptionError, failure_reason, flags, parse_seeds
+from mpips.experiments.plan import Candidate
+from mpips.experiments.setups import Setup
 
 
 def test_paradigms_and_variants():
-    assert setup_settings("bsp") == {"paradigm": "bsp"}
-    assert setup_settings("gssp+gdtopk") == {"paradigm": "gssp", "compressor": "gdtopk"}
-    assert setup_settings("ssp+topk") == {"paradigm": "ssp", "compressor": "topk"}
-    for bad in ("foo", "gssp+zip", "gssp+none", "", "+topk"):
+    assert Setup.parse("bsp").settings == {"paradigm": "bsp"}
+    assert Setup.parse("gssp+gdtopk").settings == {"paradigm": "gssp", "compressor": "gdtopk"}
+    assert Setup.parse("ssp+topk").settings == {"paradigm": "ssp", "compressor": "topk"}
+    for bad in ("foo", "gssp+zip", "gssp+none", "", "+topk", "foo:staleness=1"):
         with pytest.raises(OptionError, match=r"invalid --paradigms .*one of bsp, asp, .*\+gdtopk"):
-            setup_settings(bad)
+            Setup.parse(bad)
+
+
+def test_entries_with_settings_of_their_own():
+    # `mpips plan --candidates`' syntax, by the same parser: values read as their fields' types
+    async_ = Setup.parse("localsgd:local_mode=async:dylu=true:delayed-nesterov=8")
+    assert async_.name == "localsgd:local_mode=async:dylu=true:delayed-nesterov=8"
+    assert async_.settings == {"paradigm": "localsgd", "local_mode": "async", "dylu": True, "delayed_nesterov": 8}
+    assert Setup.parse("gssp+gdtopk:groups=4").settings == {"paradigm": "gssp", "compressor": "gdtopk", "groups": 4}
+    assert Setup.parse(" ssp:staleness=1 ").settings == {"paradigm": "ssp", "staleness": 1}
+    assert Candidate.parse("gssp+gdtopk").settings == {"paradigm": "gssp", "compressor": "gdtopk"}
+
+
+@pytest.mark.parametrize("entry, allowed", [
+    ("ssp:staleness=x", "staleness: must be of type int"),
+    ("localsgd:dylu=maybe", "dylu: must be of type bool"),
+    ("localsgd:local_mode=asyn", "local_mode: allowed: sync, async"),
+    ("localsgd:optimizer=lamb", "optimizer: allowed: sgd, adam"),
+    ("ssp:stalenes=1", "unknown setting 'stalenes' (did you mean staleness?); any train setting"),
+    ("ssp:no_such_thing=1", "unknown setting 'no_such_thing'; any train setting"),
+    ("ssp:staleness", "'staleness': SETTING=VALUE"),
+    ("ssp:=1", "'=1': SETTING=VALUE"),
+    ("ssp:seed=1", "seed: set per run"),
+    ("ssp:run_dir=x", "run_dir: set per run"),
+    ("ssp:paradigm=bsp", "paradigm: set per run"),
+    ("ssp:staleness=1:staleness=2", "staleness given twice"),
+    ("gssp+gdtopk:compressor=topk", "compressor given twice"),
+])
+def test_a_bad_entry_is_one_line_naming_the_setting_and_what_is_allowed(entry, allowed):
+    for parse, option in ((Setup.parse, "--paradigms"), (Candidate.parse, "--candidates")):   # plan's: the same
+        with pytest.raises(OptionError) as e:
+            parse(entry)
+        assert str(e.value).startswith(f"invalid {option} {entry!r}: {allowed}") and "\n" not in str(e.value)
+
+
+def test_a_value_the_configuration_rejects_names_the_entry(tmp_path):
+    # checked with the other settings: DyLU only in the asynchronous mode, staleness >= 0
+    with pytest.raises(OptionError, match=r"^invalid --paradigms 'localsgd:dylu=true': dylu=True: only with "
+                                          r"local_mode async"):
+        Comparison(["bsp", "localsgd:dylu=true"], [0], {"workers": 2}, str(tmp_path), simulate=True)
+    with pytest.raises(OptionError, match=r"^invalid --paradigms 'ssp:staleness=-1': staleness=-1: "):
+        Comparison(["ssp:staleness=-1"], [0], {"workers": 2}, str(tmp_path), simulate=True)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_entry_with_settings_is_a_run_of_its_own():
+    c = Comparison(["localsgd", "localsgd:local_mode=async:dylu=true", "ssp:staleness=1"], [0],
+                   {"workers": 4, "staleness": 2}, "r", simulate=True, prefix="het-")
+    runs = ["r/het-localsgd-s0", "r/het-localsgd-local_modeasync-dylutrue-s0", "r/het-ssp-staleness1-s0"]
+    assert [run for run, _ in c.plan] == runs
+    assert c.labels == dict(zip(runs, c.setups))
+    sync, async_, ssp = (cmd[cmd.index("--workers"):] for _, cmd in c.plan)
+    # the entry's settings over the shared ones (staleness 1, not 2)
+    assert sync == ["--workers", "4", "--staleness", "2", "--paradigm", "localsgd", "--seed", "0",
+                    "--run-dir", runs[0]]
+    assert async_ == ["--workers", "4", "--staleness", "2", "--paradigm", "localsgd", "--local-mode", "async",
+                      "--dylu", "--seed", "0", "--run-dir", runs[1]]
+    assert ssp == ["--workers", "4", "--staleness", "1", "--paradigm", "ssp", "--seed", "0", "--run-dir", runs[2]]
 
 
 def test_seeds():
@@ -69,7 +127,10 @@ def test_bad_settings_stop_the_comparison_before_any_run(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--paradigms", "bsp,foo", "--workers", "2"], "invalid --paradigms 'foo': one of bsp, asp,"),
+    (["--paradigms", "bsp,foo", "--workers", "2"], "invalid --paradigms 'foo': PARADIGM[+COMPRESSOR]"
+                                                    "[:SETTING=VALUE...], PARADIGM one of bsp, asp,"),
+    (["--paradigms", "bsp,localsgd:local_mode=asyn", "--workers", "2"],
+     "invalid --paradigms 'localsgd:local_mode=asyn': local_mode: allowed: sync, async"),
     (["--seeds", "0,x", "--workers", "2"], "invalid --seeds '0,x': comma-separated integers"),
     (["--paradigms", "bsp"], "invalid workers=0: the number of workers is needed (--workers N)"),
     (["--workers", "2", "--lr", "fast"], "invalid lr='fast': must be of type float"),
