@@ -43,10 +43,15 @@ class Candidate(Setup):
 
 
 def default_candidates(workers: int) -> list[str]:
-    """Every paradigm at its defaults, and its main setting over a small grid."""
+    """Every paradigm at its defaults, and its main setting over a small grid;
+    Local SGD also as plain model averaging and asynchronous with DyLU and
+    delayed Nesterov (its outer momentum once per W pushes), as measured in
+    benchmarks/results/localsgd-variants-8.md."""
     grid = ["bsp", "asp", "ssp:staleness=1", "ssp", "ssp:staleness=8", "dssp",
             "dssp:staleness_low=1:staleness_high=7", "gssp", "gssp:compressor=gdtopk",
-            "syncswitch:switch_at=0.05", "syncswitch", "syncswitch:switch_at=0.25", "lbbsp", "vsgd"]
+            "syncswitch:switch_at=0.05", "syncswitch", "syncswitch:switch_at=0.25", "lbbsp", "vsgd",
+            "backup", "localsgd", "localsgd:outer_lr=1:outer_momentum=0",
+            f"localsgd:local_mode=async:dylu=true:delayed_nesterov={workers}"]
     if workers >= 8:
         grid.insert(grid.index("gssp:compressor=gdtopk"), "gssp:groups=4")
     return grid
