@@ -143,18 +143,23 @@ def time_compute(data, batches, reps: int) -> dict[int, float]:
         times = []
         for k in range(reps + 3):      # three untimed: cuDNN picks its kernels per shape
             lo = k * b % max(1, len(data.y_train) - b)
-            x, y = data.x_train[lo:lo + b], data.y_train[lo:lo + b]
-            t = time.perf_counter()
-            flat.params_from_host()
-            x, y = x.to(DEVICE, non_blocking=True), y.to(DEVICE, non_blocking=True)
-            flat.zero_grad()
-            loss = loss_fn(flat.model(x), y)
-            loss.backward()
-            float(loss.detach())
-            flat.grads_to_host()
-            times.append(time.perf_counter() - t)
+            times.append(worker_compute(flat, loss_fn, data.x_train[lo:lo + b], data.y_train[lo:lo + b]))
         out[b] = float(np.median(times[3:]))
     return out
+
+
+def worker_compute(flat, loss_fn, x, y) -> float:
+    """Seconds of a worker's compute of one batch: the parameters and the batch
+    to the device, forward/backward, the gradient back (as runtime/worker.py)."""
+    t = time.perf_counter()
+    flat.params_from_host()
+    x, y = x.to(DEVICE, non_blocking=True), y.to(DEVICE, non_blocking=True)
+    flat.zero_grad()
+    loss = loss_fn(flat.model(x), y)
+    loss.backward()
+    float(loss.detach())
+    flat.grads_to_host()
+    return time.perf_counter() - t
 
 
 def fit(points: dict[int, float]) -> dict:

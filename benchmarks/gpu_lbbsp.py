@@ -62,19 +62,10 @@ def set_torch(setting: str) -> None:
 
 
 def compute_once(flat, loss_fn, b: int) -> float:
-    """Seconds of the worker's compute of one CIFAR batch of `b` (as gpu.time_compute times it)."""
+    """Seconds of the worker's compute of one CIFAR-shaped batch of `b`."""
     import torch
 
-    x, y = torch.randn(b, 3, 32, 32), torch.randint(0, 10, (b,))
-    t = time.perf_counter()
-    flat.params_from_host()
-    x, y = x.to(gpu.DEVICE, non_blocking=True), y.to(gpu.DEVICE, non_blocking=True)
-    flat.zero_grad()
-    loss = loss_fn(flat.model(x), y)
-    loss.backward()
-    float(loss.detach())
-    flat.grads_to_host()
-    return time.perf_counter() - t
+    return gpu.worker_compute(flat, loss_fn, torch.randn(b, 3, 32, 32), torch.randint(0, 10, (b,)))
 
 
 def shapes_inner(out: str, setting: str) -> None:
