@@ -39,6 +39,7 @@ import time
 import numpy as np
 from common import RESULTS, mpiexec, table, write_results
 
+from mpips.experiments.compare import flags as as_flags
 from mpips.experiments.plan import Candidate, default_candidates
 from mpips.io.log import RunLog
 from mpips.runtime.layout import ranks_for
@@ -107,13 +108,17 @@ def read_run(run_dir: str, target: float) -> dict:
             "seconds": float(s["wall_seconds"] or 0.0)}
 
 
+def candidate_flags(candidate: Candidate) -> list[str]:
+    """`mpips train` flags of the candidate's own settings (dylu=true: --dylu)."""
+    return as_flags({k: v for k, v in candidate.settings.items() if k != "paradigm"})
+
+
 def real_run(flags: list[str], candidate: Candidate, seed: int, run_dir: str, target: float,
              timeout: float) -> dict:
     """One MPI job of `candidate`; what it measured, or {"failed": why}."""
     chosen = {**settings_of(flags), **candidate.settings, "seed": seed}
     ranks = ranks_for(load(None, chosen))
-    cand = [a for k, v in candidate.settings.items() if k != "paradigm"
-            for a in ("--" + k.replace("_", "-"), str(v))]
+    cand = candidate_flags(candidate)
     began = time.time()
     cmd = [*flags, "--paradigm", candidate.settings["paradigm"], *cand, "--seed", str(seed), "--run-dir", run_dir,
            "--overwrite"]
@@ -330,6 +335,8 @@ def main() -> None:
     p.add_argument("--name", default="plan_validation", help="results/<name>.{md,json}")
     p.add_argument("--estimate", action="store_true",
                    help="print how long this validation will take (from results/<name>.json) and stop")
+    p.add_argument("--reuse", action="store_true", help="with --keep DIR of an earlier validation of this "
+                   "--name: keep its plans and the MPI jobs of results/<name>.json that did not fail, run the rest")
     p.add_argument("--report", default="", metavar="DIR",
                    help="run nothing: the tables from a --keep DIR of a previous validation, printed")
     args = p.parse_args()
@@ -348,18 +355,21 @@ def main() -> None:
     if args.estimate:
         return
     began = time.time()
-    results = []
+    results, previous = [], previous_results(args.name) if args.reuse else None
     with tempfile.TemporaryDirectory() as tmp:
         where = args.keep or tmp
         for shape in shapes:
             flags = job_flags(args, shape)
             out = os.path.join(where, shape)
             t = time.time()
+            old = next((r for r in (previous or {}).get("results", []) if r["shape"] == shape and "candidates" in r
+                        and os.path.exists(os.path.join(out, "plan.json"))), None)
             try:
-                mpiexec(1 + WORKERS + 1, ["-m", "mpips", "plan", *flags, "--probe-seconds", f"{args.probe_seconds:g}",
-                                          "--target", f"{args.target:g}", "--candidates", args.candidates,
-                                          "--seeds", ",".join(map(str, seeds)), "--out", out],
-                        timeout=args.timeout * 10)
+                if not old:   # else its plan is kept in `out`
+                    mpiexec(1 + WORKERS + 1, ["-m", "mpips", "plan", *flags, "--probe-seconds",
+                                              f"{args.probe_seconds:g}", "--target", f"{args.target:g}",
+                                              "--candidates", args.candidates, "--seeds", ",".join(map(str, seeds)),
+                                              "--out", out], timeout=args.timeout * 10)
                 with open(os.path.join(out, "plan.json")) as fh:
                     plan = json.load(fh)
             except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as e:
@@ -368,11 +378,14 @@ def main() -> None:
                 results.append({"shape": shape, "flags": flags, "failed": why, "plan_seconds": time.time() - t})
                 print(f"{shape}: the plan failed: {why}", flush=True)
                 continue
-            plan_seconds = time.time() - t
+            plan_seconds = old["plan_seconds"] if old else time.time() - t
             measured = {c.name: [] for c in candidates}
             for seed in seeds:
                 for c in candidates:   # interleaved: load drifts hit every candidate alike
-                    r = real_run(flags, c, seed, real_dir(out, c, seed), args.target, args.timeout)
+                    done = [x for x in (old or {}).get("candidates", {}).get(c.name, {}).get("measured_runs", [])
+                            if x.get("seed") == seed and not x.get("failed")]
+                    r = done[0] if done else real_run(flags, c, seed, real_dir(out, c, seed), args.target,
+                                                      args.timeout)
                     measured[c.name].append(r)
                     said = (f"failed: {r['failed']}" if r.get("failed") else
                             f"{r['time_to_target']} s to the target, accuracy {r['final_accuracy']:.3f}")
@@ -381,7 +394,7 @@ def main() -> None:
             results.append(result)
             print(f"{shape}: recommended {result['recommended']}, real best {result['real_best']}, "
                   f"regret {result['regret']}", flush=True)
-    total = time.time() - began
+    total = time.time() - began + ((previous or {}).get("total_seconds") or 0.0)   # with --reuse: both runs'
     write_results(args.name, {"shapes": {s: SHAPES[s] for s in shapes}, "seeds": seeds, "epochs": args.epochs,
                               "target": args.target, "device_time": args.device_time, "bound": BOUND,
                               "probe_seconds": args.probe_seconds, "estimated_seconds": seconds,

@@ -84,3 +84,12 @@ def test_the_estimate_scales_the_previous_jobs_by_seeds_and_candidates():
     assert seconds == pytest.approx(4 * (21 + 11 + 16) + 60 + 10 * 3)
     assert "ssp:staleness=1 not run before" in how
     assert math.isnan(pv.estimate(None, ["mixed"], ["bsp"], 4, 60.0)[0])
+
+
+def test_a_candidates_settings_are_the_flags_mpips_train_reads():
+    # a boolean setting is a bare flag: "--dylu True" was an unrecognized argument
+    c = pv.Candidate.parse("localsgd:local_mode=async:dylu=true:delayed_nesterov=4")
+    flags = pv.candidate_flags(c)
+    assert flags == ["--local-mode", "async", "--dylu", "--delayed-nesterov", "4"]
+    from mpips.cli import parser
+    parser().parse_args(["train", "--paradigm", "localsgd", *flags])
