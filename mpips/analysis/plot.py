@@ -675,6 +675,9 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
     Timelines and dynamics only for the runs in `per_run` (default: all)."""
     os.makedirs(out_dir, exist_ok=True)
     logs = [RunLog(d) for d in run_dirs]
+    for log in logs:   # drawn from what could be read, as summarize's rows
+        if log.problems:
+            print(f"plot: damaged run log {log.name}: {'; '.join(log.problems)}", file=sys.stderr)
     written = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
                staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
     if target is not None:
