@@ -696,6 +696,8 @@ def _window(text: str) -> tuple[float, float]:
         lo, hi = (float(x) for x in text.split(":"))
     except ValueError:
         raise argparse.ArgumentTypeError("START:END in seconds, e.g. 2:4") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):   # (an infinite one ended in a ValueError of matplotlib's)
+        raise argparse.ArgumentTypeError("START:END in finite seconds, e.g. 2:4")
     if not hi > lo:
         raise argparse.ArgumentTypeError("END must be after START")
     return lo, hi

@@ -26,6 +26,7 @@ from itertools import groupby
 from ..config import COMPRESSORS, ConfigError, field_types, load
 from ..validate import number_in
 from ..io.log import RunLog
+from ..io.outdir import folder_problem
 from ..paradigms import available
 from ..runtime.layout import ranks_for
 from .launch import default_launcher, launcher_words, run_to_file
@@ -236,11 +237,17 @@ def cmd_compare(args) -> int:
     except (OptionError, ConfigError) as e:
         print(f"mpips: error: {e}", file=sys.stderr, flush=True)
         return 2
+    out = args.out or os.path.join(args.runs, "summary")
+    for option, folder in (("--runs", args.runs), ("--out", out)):   # before any run
+        why = folder_problem(folder)
+        if why:
+            print(f"mpips: error: {OptionError(option, folder, f'cannot write there ({why})')}",
+                  file=sys.stderr, flush=True)
+            return 2
     runs, failed = comparison.train()
     if not runs:
         print("mpips: error: no run finished", file=sys.stderr, flush=True)
         return 1
-    out = args.out or os.path.join(args.runs, "summary")
     result = report(runs, out, target=args.target, csv=os.path.join(out, "table.csv"))
     with open(os.path.join(out, "table.md"), "w") as fh:
         fh.write(result.markdown)

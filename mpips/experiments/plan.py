@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..config import Config, ConfigError, coerce, load
+from ..io.outdir import folder_problem
 from ..validate import number_in, one_line
 from ..paradigms import available
 from .compare import flags as as_flags
@@ -391,6 +392,9 @@ def cmd_plan(args, comm=None) -> int:
         if path is None:
             comm = _communicator(comm)
             out = comm.bcast(out)   # rank 0's: a default named by the time differs per rank
+            why = comm.bcast(folder_problem(out) if comm.Get_rank() == 0 else None)
+            if why:   # said by rank 0 alone, before the probe
+                raise ProbeFailed(f"invalid --out {out!r}: cannot write there ({why})", comm.Get_rank())
             path = _probe(base, comm, args, out)
             if path is None:
                 return 0
@@ -399,7 +403,9 @@ def cmd_plan(args, comm=None) -> int:
                 return 0
         found = cluster.load(path)
         candidates = candidates or [Candidate.parse(c) for c in default_candidates(len(found.workers))]
-        os.makedirs(out, exist_ok=True)
+        why = folder_problem(out)
+        if why:
+            raise OptionError("--out", out, f"cannot write there ({why})")
         search = Search({**found.settings(base.batch_size), "straggler": ""}, settings, candidates, seeds, out,
                         target=args.target, config=config_file, jobs=args.jobs)
         return _plan(search, candidates, found, path, settings, config_file, args, base.time_limit)
