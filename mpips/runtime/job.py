@@ -127,7 +127,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
     # a resumed run keeps its id (older run logs have none: a new one)
     run_id = transport.bcast((run_attrs(run_dir).get("run_id") if found else None) or new_run_id() if rank == 0 else None)
     transport.clock.origin = transport.bcast(time.time() if rank == 0 else None)
-    stopped, counts = None, (0, 0)
+    stopped, counts = None, (0, 0, 0)
     with _one_line_ends_job(transport, run_dir):
         transport.comm.Barrier()  # run_dir exists before anyone opens a file in it
         log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
