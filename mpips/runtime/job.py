@@ -129,7 +129,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
     transport.clock.origin = transport.bcast(time.time() if rank == 0 else None)
     stopped, counts = None, (0, 0, 0)
     with _one_line_ends_job(transport, run_dir):
-        transport.comm.Barrier()  # run_dir exists before anyone opens a file in it
+        transport.blocking("set-up (the run directory made)", transport.comm.Barrier)   # before anyone opens a file in it
         log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
                       segment=segment, writers=size, run_id=run_id)
         if rank == 0:
@@ -145,7 +145,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
             checkpointer.close()
             raise
         log.close()
-    transport.comm.Barrier()   # every rank's log is whole before run.h5 says `finished`
+    transport.blocking("the logs' closing", transport.comm.Barrier)   # every rank's log whole before run.h5's status
     checkpointer.close()
     transport.close()
     if isinstance(stopped, Preempted):
