@@ -71,10 +71,17 @@ def flags(settings: dict) -> list[str]:
 
 
 def finished(run_dir: str) -> bool:
+    """Whether `run_dir` holds a finished run whose log is whole: --reuse
+    trains a damaged one again (it kept one with a rank file unreadable,
+    and its row counted only what was left)."""
     try:
-        return RunLog(run_dir).status == "finished"
+        log = RunLog(run_dir)
     except (FileNotFoundError, OSError, KeyError):
         return False
+    if log.status == "finished" and log.problems:
+        print(f"{os.path.basename(os.path.normpath(run_dir))}: damaged run log ({'; '.join(log.problems)})",
+              file=sys.stderr, flush=True)
+    return log.status == "finished" and not log.problems
 
 
 def failure_reason(output: str) -> str:

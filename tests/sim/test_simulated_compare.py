@@ -80,3 +80,24 @@ def test_reuse_keeps_finished_runs_and_a_failed_run_is_left_out(compared, capsys
     with open(base / "again" / "table.csv") as fh:
         assert [r["run"] for r in csv.DictReader(fh)] == ["bsp-s0"]
     assert "Mean over seeds" not in (base / "again" / "table.md").read_text()
+
+
+def test_reuse_trains_a_damaged_run_again(compared, capsys):
+    """A finished run whose log is damaged is not kept: it was, and its row
+    counted only what could be read."""
+    import h5py
+
+    base, _ = compared
+    path = base / "runs" / "ssp-s1" / "rank-1.h5"
+    with h5py.File(path, "r") as f:
+        block = f["iterations"].id.get_chunk_info(0)
+    data = bytearray(path.read_bytes())
+    data[block.byte_offset + 100:block.byte_offset + 108] = bytes(range(0x51, 0x59))
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["compare", "--simulate", "--paradigms", "ssp", "--seeds", "1", *JOB, "--reuse",
+                 "--runs", str(base / "runs"), "--out", str(base / "redone")]) == 0
+    captured = capsys.readouterr()
+    assert "ssp-s1: damaged run log (rank-1.h5 damaged: rows left out" in captured.err
+    assert "finished earlier, kept" not in captured.out
+    assert RunLog(str(base / "runs" / "ssp-s1")).problems == []
