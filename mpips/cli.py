@@ -264,11 +264,13 @@ def cmd_ranks(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from .io.log import RunLog
+    from .io.log import LogError, RunLog
 
     try:
         log = RunLog(args.run_dir)
         s = log.summary()
+    except LogError as e:   # one line naming run.h5 already
+        return _fail(str(e))
     except (FileNotFoundError, OSError, KeyError, ValueError) as e:
         return _fail(f"{args.run_dir}: not a readable run log ({' '.join(str(e).split())})")
     # A damaged log (a rank file missing, truncated, unreadable) is summarized
