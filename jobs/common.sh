@@ -42,7 +42,10 @@
 #
 # Exit statuses: 0 finished, 1 failed or diverged, 2 bad input, 3 checkpointed
 # after SIGUSR1 (requeued), 128+N checkpointed after signal N (SIGTERM 143,
-# SIGINT 130: not requeued; the same job again resumes).
+# SIGINT 130: not requeued; the same job again resumes). Open MPI's mpirun,
+# signalled TERM or INT itself (scancel and a time limit signal every process
+# of the job), kills its ranks about half a second after passing it on: a job
+# stopped so exits 128+N if they checkpointed in that time, else 1.
 #
 # SIGUSR1 protocol: Slurm signals this shell T seconds before the time limit
 # (#SBATCH --signal=B:USR1@T); the shell forwards USR1 to the launcher (mpirun
@@ -300,8 +303,25 @@ mpips_train() {
     # the ranks these settings need (a paradigm's group servers, an evaluator): mpips says
     n="$("$MPIPS_PYTHON" -m mpips ranks "${args[@]}")" || return 2
     mpips_start_mps "$n" || return 2
-    local rc=0
+    local rc=0 began
+    began="$(date +%s)"
     mpips_launch "$n" "$MPIPS_PYTHON" -m mpips train "${args[@]}" || rc=$?
     mpips_stop_mps
+    # SIGTERM or SIGINT to mpirun itself as well (scancel and a time limit signal every
+    # process of the job, Ctrl-C the terminal's foreground): it passes the signal on and
+    # exits 1, their output cut, killing its ranks about half a second later (outside
+    # Slurm) or leaving them to end (under it). Whether they checkpointed, the run
+    # directory says once rank 0 has let go of its lock (mpips/io/rundir.py).
+    if [ -n "$_mpips_stopped" ] && [ "$rc" != 0 ] && [ "$rc" -lt 128 ] && [ -n "${run_dir:-}" ]; then
+        if command -v flock >/dev/null && [ -e "$run_dir/.lock" ]; then
+            flock -w 60 "$run_dir/.lock" true 2>/dev/null
+        fi
+        if [ -n "$(find "$run_dir/checkpoints" -maxdepth 1 -name 'ckpt-*.h5' -newermt "@$began" 2>/dev/null)" ]; then
+            _mpips_log "stopped by SIG$_mpips_stopped after a checkpoint (the launcher, signalled too, exited $rc): the same job again resumes it"
+            rc=$((128 + $(kill -l "$_mpips_stopped")))
+        else
+            _mpips_log "stopped by SIG$_mpips_stopped without a checkpoint (the launcher, signalled too, ended its ranks first: exit $rc)"
+        fi
+    fi
     return "$rc"
 }

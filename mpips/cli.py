@@ -230,8 +230,12 @@ def cmd_simulate(args) -> int:
     except StallError as e:
         return _fail(f"the simulated job failed: {e}", 1)
     finally:
+        # Once a stop signal ended it, later ones (a burst) stay ignored: put back, they
+        # killed the process as it exited (Python restores the default actions then; a
+        # second USR1 0.05 s after the first: signal 10, not exit 138)
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                signal.signal(s, handler)
     return 0
 
 
@@ -264,11 +268,13 @@ def cmd_ranks(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from .io.log import RunLog
+    from .io.log import LogError, RunLog
 
     try:
         log = RunLog(args.run_dir)
         s = log.summary()
+    except LogError as e:   # one line naming run.h5 already
+        return _fail(str(e))
     except (FileNotFoundError, OSError, KeyError, ValueError) as e:
         return _fail(f"{args.run_dir}: not a readable run log ({' '.join(str(e).split())})")
     # A damaged log (a rank file missing, truncated, unreadable) is summarized

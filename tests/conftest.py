@@ -32,3 +32,25 @@ def srun_on_path(tmp_path, monkeypatch):
     srun.write_text("#!/bin/sh\n")
     srun.chmod(0o755)
     monkeypatch.setenv("PATH", f"{srun.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder no file can be made in: for root, who writes anywhere, a
+    read-only tmpfs mounted for the test (skipped where mounting is not
+    permitted); for anyone else, a folder without write permission."""
+    import subprocess
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(folder)],
+                       capture_output=True, text=True)
+    if p.returncode:
+        pytest.skip(f"mounting a read-only tmpfs is not permitted here: {p.stderr.strip()}")
+    yield folder
+    subprocess.run(["umount", "--lazy", str(folder)], check=True)

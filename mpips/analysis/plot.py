@@ -692,6 +692,9 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
     `labels` (run directory -> name): what the runs it names are called."""
     os.makedirs(out_dir, exist_ok=True)
     logs = labelled([RunLog(d) for d in run_dirs], labels)
+    for log in logs:   # drawn from what could be read, as summarize's rows
+        if log.problems:
+            print(f"plot: damaged run log {log.name}: {'; '.join(log.problems)}", file=sys.stderr)
     written = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
                staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
     if target is not None:
@@ -710,6 +713,8 @@ def _window(text: str) -> tuple[float, float]:
         lo, hi = (float(x) for x in text.split(":"))
     except ValueError:
         raise argparse.ArgumentTypeError("START:END in seconds, e.g. 2:4") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):   # (an infinite one ended in a ValueError of matplotlib's)
+        raise argparse.ArgumentTypeError("START:END in finite seconds, e.g. 2:4")
     if not hi > lo:
         raise argparse.ArgumentTypeError("END must be after START")
     return lo, hi

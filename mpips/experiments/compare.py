@@ -28,6 +28,7 @@ from itertools import groupby
 from ..config import ConfigError, field_types, load
 from ..validate import number_in
 from ..io.log import RunLog
+from ..io.outdir import folder_problem
 from ..paradigms import available
 from ..runtime.layout import ranks_for
 from .launch import default_launcher, launcher_words, run_to_file
@@ -54,10 +55,17 @@ def flags(settings: dict) -> list[str]:
 
 
 def finished(run_dir: str) -> bool:
+    """Whether `run_dir` holds a finished run whose log is whole: --reuse
+    trains a damaged one again (it kept one with a rank file unreadable,
+    and its row counted only what was left)."""
     try:
-        return RunLog(run_dir).status == "finished"
+        log = RunLog(run_dir)
     except (FileNotFoundError, OSError, KeyError):
         return False
+    if log.status == "finished" and log.problems:
+        print(f"{os.path.basename(os.path.normpath(run_dir))}: damaged run log ({'; '.join(log.problems)})",
+              file=sys.stderr, flush=True)
+    return log.status == "finished" and not log.problems
 
 
 def failure_reason(output: str) -> str:
@@ -227,11 +235,17 @@ def cmd_compare(args) -> int:
     except (OptionError, ConfigError) as e:
         print(f"mpips: error: {e}", file=sys.stderr, flush=True)
         return 2
+    out = args.out or os.path.join(args.runs, "summary")
+    for option, folder in (("--runs", args.runs), ("--out", out)):   # before any run
+        why = folder_problem(folder)
+        if why:
+            print(f"mpips: error: {OptionError(option, folder, f'cannot write there ({why})')}",
+                  file=sys.stderr, flush=True)
+            return 2
     runs, failed = comparison.train()
     if not runs:
         print("mpips: error: no run finished", file=sys.stderr, flush=True)
         return 1
-    out = args.out or os.path.join(args.runs, "summary")
     result = report(runs, out, target=args.target, csv=os.path.join(out, "table.csv"), labels=comparison.labels)
     with open(os.path.join(out, "table.md"), "w") as fh:
         fh.write(result.markdown)

@@ -29,6 +29,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 
 from ..config import Config, ConfigError, load
+from ..io.outdir import folder_problem
 from ..validate import number_in, one_line
 from .compare import flags as as_flags
 from .setups import PER_RUN, OptionError, Setup, file_name
@@ -374,6 +375,9 @@ def cmd_plan(args, comm=None) -> int:
         if path is None:
             comm = _communicator(comm)
             out = comm.bcast(out)   # rank 0's: a default named by the time differs per rank
+            why = comm.bcast(folder_problem(out) if comm.Get_rank() == 0 else None)
+            if why:   # said by rank 0 alone, before the probe
+                raise ProbeFailed(f"invalid --out {out!r}: cannot write there ({why})", comm.Get_rank())
             path = _probe(base, comm, args, out)
             if path is None:
                 return 0
@@ -382,7 +386,9 @@ def cmd_plan(args, comm=None) -> int:
                 return 0
         found = cluster.load(path)
         candidates = candidates or [Candidate.parse(c) for c in default_candidates(len(found.workers))]
-        os.makedirs(out, exist_ok=True)
+        why = folder_problem(out)
+        if why:
+            raise OptionError("--out", out, f"cannot write there ({why})")
         # the profile is the cluster: settings given that make one (an emulated
         # cluster's, probed) do not override it in the search
         job = {k: v for k, v in settings.items() if k not in CLUSTER}

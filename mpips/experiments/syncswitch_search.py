@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from ..io.log import RunLog
+from ..io.outdir import folder_problem
 from ..validate import number_in
 from .launch import default_launcher, launcher_words, run_to_file
 
@@ -146,7 +147,10 @@ def cmd_search(args) -> int:
     except ValueError as e:
         print(f"mpips: error: invalid --launcher {args.launcher!r}: {e}", file=sys.stderr)
         return 2
-    os.makedirs(out, exist_ok=True)
+    why = folder_problem(out)   # before any run
+    if why:
+        print(f"mpips: error: invalid --out {out!r}: cannot write there ({why})", file=sys.stderr)
+        return 2
     path = os.path.join(out, "search.json")
 
     def report(record: dict, probe: Probe | None) -> None:

@@ -13,6 +13,12 @@ SWMR mode, so a job killed at any moment leaves files that open, holding the
 rows up to the last flush. Readers open a file still open for writing with
 swmr=True for the same reason (`_open_rank_file`).
 
+Damage. HDF5 checksums a file's metadata (libver "latest") but not the rows
+of a table: bytes altered inside them were read as garbage (a worker 7 of 3,
+a staleness of 1e17) and ended plot in an IndexError or a MemoryError. Every
+table's chunks, and run.h5's final parameters, carry a Fletcher-32 checksum;
+the reader leaves out a block that fails its own and says so (`_read_table`).
+
 A full disk. A write that finds it full raises DiskFull, one line naming
 the file, and leaves every file as it was before: run.h5 (and a checkpoint)
 is built in memory and written under a temporary name renamed over it
@@ -125,7 +131,7 @@ def written_whole(path: str, tmp: str, *, changing: bool = False):
     if changing and os.path.exists(path):
         with open(path, "rb") as fh:
             image.write(fh.read())
-    with h5py.File(image, "a") as f:
+    with h5py.File(image, "a", libver="latest") as f:   # (latest: its metadata checksummed)
         yield f
     try:
         with writing(path):
@@ -162,7 +168,7 @@ class RankLog:
             self._file.attrs["segment"] = segment
             self._file.attrs["run_id"] = run_id   # the reader takes only files of its run (mpips/io/rundir.py)
             self._sets = {name: self._file.create_dataset(name, shape=(0,), maxshape=(None,),
-                                                          dtype=dt, chunks=(CHUNK,))
+                                                          dtype=dt, chunks=(CHUNK,), fletcher32=True)
                           for name, dt in TABLES.items()}
             self._file.swmr_mode = True
         self._rows: dict[str, list] = {name: [] for name in TABLES}
@@ -285,7 +291,7 @@ def write_run_end(run_dir: str, *, wall_seconds: float, final_params: np.ndarray
         if final_params is not None:
             if "final_params" in f:
                 del f["final_params"]
-            f.create_dataset("final_params", data=final_params)
+            f.create_dataset("final_params", data=final_params, fletcher32=True)
 
 
 def set_status(run_dir: str, status: str, reason: str = "") -> None:
@@ -378,18 +384,51 @@ def _is_table(node, dtype: np.dtype) -> bool:
     return all(dtype[k].kind == "O" or node.dtype[k] == dtype[k] for k in dtype.names)
 
 
-def _read_table(node, name: str, dtype: np.dtype) -> np.ndarray | None:
-    """A table's rows as `dtype`, those of an older mpips with the columns
-    added since as 0; None if the node is not such a table."""
+def _read_table(node, name: str, dtype: np.dtype) -> tuple[np.ndarray, int] | None:
+    """A table's rows as `dtype` (those of an older mpips with the columns
+    added since as 0) and how many were left out as damaged (`_intact_rows`);
+    None if the node is not such a table."""
     if _is_table(node, dtype):
-        return node[...]
+        return _intact_rows(node, name)
     older = np.dtype([(k, dtype[k]) for k in dtype.names if k not in ADDED.get(name, ())])
     if older == dtype or not _is_table(node, older):
         return None
-    rows, old = np.zeros(node.shape, dtype), node[...]
+    old, lost = _intact_rows(node, name)
+    rows = np.zeros(old.shape, dtype)
     for k in older.names:
         rows[k] = old[k]
-    return rows
+    return rows, lost
+
+
+def _intact_rows(node, name: str) -> tuple[np.ndarray, int]:
+    """The rows of a table that read whole, and how many did not: a block
+    (chunk) that fails its checksum is left out, the others kept. An event
+    whose strings are not JSON is left out too: they live in a heap HDF5
+    does not checksum."""
+    try:
+        rows, lost = node[...], 0
+    except Exception:  # noqa: BLE001 - a damaged block raises OSError, its index other kinds
+        step = node.chunks[0] if node.chunks else max(len(node), 1)
+        blocks, lost = [np.empty(0, node.dtype)], 0
+        for lo in range(0, len(node), step):
+            try:
+                blocks.append(node[lo:lo + step])
+            except Exception:  # noqa: BLE001
+                lost += min(step, len(node) - lo)
+        rows = np.concatenate(blocks)
+    if name == "events" and len(rows):
+        whole = np.array([_is_event(kind, data) for _, _, kind, data in rows], dtype=bool)
+        rows, lost = rows[whole], lost + int((~whole).sum())
+    return rows, lost
+
+
+def _is_event(kind, data) -> bool:
+    try:
+        text = data.decode() if isinstance(data, bytes) else data
+        (kind.decode() if isinstance(kind, bytes) else kind).encode()
+        return isinstance(json.loads(text), dict)
+    except (UnicodeError, ValueError, TypeError):
+        return False
 
 
 def _open_rank_file(path: str) -> h5py.File:
@@ -404,6 +443,17 @@ def _open_rank_file(path: str) -> h5py.File:
         if "already open for write" not in str(e):
             raise
     return h5py.File(path, "r", swmr=True)
+
+
+def _final_params(f: h5py.File) -> tuple[np.ndarray | None, bool]:
+    """run.h5's final parameters (None if it has none), and whether they
+    were left out as damaged (a block failing its checksum)."""
+    if "final_params" not in f:
+        return None, False
+    try:
+        return f["final_params"][...], False
+    except OSError:
+        return None, True
 
 
 def _one_line(e: BaseException) -> str:
@@ -434,7 +484,7 @@ class RunLog:
                 self.status = str(f.attrs.get("status", "incomplete"))
                 self.status_reason = str(f.attrs.get("status_reason", ""))
                 self.wall_seconds = float(f.attrs["wall_seconds"]) if "wall_seconds" in f.attrs else None
-                self._final = f["final_params"][...] if "final_params" in f else None
+                self._final, lost = _final_params(f)
                 self.segments = int(f.attrs.get("segments", 1))
                 self.run_id = str(f.attrs["run_id"]) if "run_id" in f.attrs else ""   # "": older than ids
                 # mpips.train's own model, dataset, loss, in words ({}: the configuration's)
@@ -457,6 +507,8 @@ class RunLog:
         # another run's rank file that run.h5 does not name is only left out; one it names is a problem
         self.problems = [f"{name} {info['problem']}" for name, info in self.files.items()
                          if info["problem"] and (name in expected or not info.get("foreign"))]
+        if lost:
+            self.problems.insert(0, "run.h5 damaged: its final parameters left out")
         # rows per table left out: work lost since a checkpoint, redone after it
         self._tables, self.redone = _without_lost_work(parts)
 
@@ -477,15 +529,20 @@ class RunLog:
                     info["problem"] = f"not of this run (run id {theirs or 'none'}, this run's {self.run_id}): left out"
                     info["foreign"] = True
                     return info
+                lost = {}
                 for name, dtype in TABLES.items():
                     if name in f:
-                        tables[name] = _read_table(f[name], name, dtype)
-                        if tables[name] is None:
+                        read = _read_table(f[name], name, dtype)
+                        if read is None:
                             info["problem"] = f"unreadable (its table {name} is not one of mpips')"
                             return info
+                        tables[name], lost[name] = read
         except Exception as e:  # noqa: BLE001 - damaged HDF5 raises many kinds
             info["problem"] = f"unreadable ({_one_line(e)})"
             return info
+        if any(lost.values()):   # the rest of the file is kept
+            info["problem"] = "damaged: rows left out (" + ", ".join(
+                f"{name} {n}" for name, n in lost.items() if n) + ")"
         info["rows"] = {name: len(rows) for name, rows in tables.items()}
         if segment < self.segments:   # else left by an earlier job here that started afresh
             for name, rows in tables.items():

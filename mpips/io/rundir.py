@@ -28,6 +28,7 @@ import uuid
 
 from ..validate import ConfigError
 from .checkpoint import checkpoint_dir, find_resume, run_attrs
+from .outdir import folder_problem
 
 LOCK = ".lock"
 
@@ -114,12 +115,10 @@ def default_run_dir(config) -> str:
 def own_run_dir(run_dir: str) -> RunDirLock:
     """The run directory exists, takes files (an existing one may not: /proc)
     and is this job's alone (RunDirLock)."""
+    why = folder_problem(run_dir)
+    if why:
+        raise ConfigError("run_dir", run_dir, f"cannot write there ({why})")
     try:
-        os.makedirs(run_dir, exist_ok=True)
-        probe = os.path.join(run_dir, f".mpips-probe-{os.getpid()}")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
         return RunDirLock(run_dir)
     except OSError as e:
         raise ConfigError("run_dir", run_dir, f"cannot write there ({e.strerror})") from None

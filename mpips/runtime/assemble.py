@@ -4,6 +4,7 @@ its roles' contexts and levels of servers, run to the end. `mpips train`
 pick a transport, check and plan, `run`, and judge the result here."""
 from __future__ import annotations
 
+import math
 import platform
 import sys
 
@@ -18,6 +19,7 @@ from ..paradigms.base import counted
 from ..training.data import load_dataset
 from ..training.models import build_model, check_model, model_label
 from .context import Context, Level, Plan, Services
+from .evaluator import Evaluator
 from .layout import Layout
 from .levels import two_levels
 from .roles import start_role
@@ -89,7 +91,7 @@ def announce(plan: Plan, segment: int, versions: dict, trains: dict, *, run_id: 
           f" | run {plan.run_dir}", flush=True)
 
 
-def judge_training(run_dir: str, rejected: int, pushes: int, *, failure: str = "") -> str:
+def judge_training(run_dir: str, rejected: int, pushes: int, lost_losses: int = 0, *, failure: str = "") -> str:
     """Rank 0, once every rank's log is closed: the run's status, last of all
     (a `finished` written at the final evaluation stayed when a log could not
     be closed after it); '' if the run finished, else why not (then run.h5
@@ -97,19 +99,24 @@ def judge_training(run_dir: str, rejected: int, pushes: int, *, failure: str = "
     checkpoint that could not be written (a full disk). Rejected pushes (NaN
     or Inf gradients) are never applied: a run of nothing else made no
     update, and one of mostly those diverged (--lr 1e6: 86 of 90 rejected,
-    and it said `finished`)."""
+    and it said `finished`); so did one whose final evaluation's loss is not
+    finite (`lost_losses`: evaluating ranks whose last loss was NaN or Inf)."""
     status, why = "finished", ""
     if failure:
         status, why = "failed", failure
-    elif rejected and 2 * rejected <= pushes:
-        print(f"mpips: warning: {rejected} of {pushes} pushes were rejected (NaN or Inf "
-              f"gradients) and not applied", file=sys.stderr, flush=True)
-    elif rejected and rejected < pushes:
-        status, why = "diverged", (f"{rejected} of {pushes} pushes were rejected (NaN or Inf gradients): "
-                                   f"the run diverged (a smaller --lr?)")
-    elif rejected:
+    elif rejected and rejected == pushes:
         status, why = "failed", (f"no update was made: all {pushes} pushes were rejected (NaN or Inf "
                                  f"gradients); the run did not train (a smaller --lr?)")
+    elif 2 * rejected > pushes:
+        status, why = "diverged", (f"{rejected} of {pushes} pushes were rejected (NaN or Inf gradients): "
+                                   f"the run diverged (a smaller --lr?)")
+    elif lost_losses:
+        status, why = "diverged", ("the final evaluation's loss is not finite: the run diverged (a smaller --lr?)"
+                                   + (f"; {rejected} of {pushes} pushes were rejected (NaN or Inf gradients)"
+                                      if rejected else ""))
+    elif rejected:
+        print(f"mpips: warning: {rejected} of {pushes} pushes were rejected (NaN or Inf "
+              f"gradients) and not applied", file=sys.stderr, flush=True)
     try:
         set_status(run_dir, status, why)
     except DiskFull as e:
@@ -117,9 +124,11 @@ def judge_training(run_dir: str, rejected: int, pushes: int, *, failure: str = "
     return why
 
 
-def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats: dict, data) -> tuple[int, int]:
+def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats: dict,
+        data) -> tuple[int, int, int]:
     """Every role this process runs (`transport.ranks`, each with its log,
-    checkpointer and model) to the end; the run's (rejected pushes, pushes)."""
+    checkpointer and model) to the end; the run's (rejected pushes, pushes,
+    evaluating ranks whose last loss was not finite): what judge_training judges."""
     layout = plan.layout
     clients = layout.group_server_ranks or layout.worker_ranks   # who pushes to the servers
     top = LevelSpec(members=tuple(range(layout.size)), servers=tuple(layout.server_ranks),
@@ -155,9 +164,11 @@ def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats
         e.status = 1
         raise
     workers = [w for w in results.values() if isinstance(w, Worker)]
-    counts = np.array([sum(w.rejected for w in workers), sum(w.clock for w in workers)], dtype=np.int64)
-    rejected, pushes = (int(x) for x in transport.total(counts))
-    return rejected, pushes
+    losses = [e.last_loss for e in results.values() if isinstance(e, Evaluator) and e.last_loss is not None]
+    counts = np.array([sum(w.rejected for w in workers), sum(w.clock for w in workers),
+                       sum(not math.isfinite(loss) for loss in losses)], dtype=np.int64)
+    rejected, pushes, lost_losses = (int(x) for x in transport.total(counts))
+    return rejected, pushes, lost_losses
 
 
 def versions(mpi: str) -> dict:

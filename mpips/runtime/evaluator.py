@@ -34,6 +34,7 @@ class Evaluator:
         self.x, self.y = x_test, y_test
         self.best = 0.0
         self.last_pushes = -1
+        self.last_loss: float | None = None   # of this process's last evaluation (assemble.judge_training)
         self.next_eval = ctx.config.eval_every   # epochs (the evaluator rank's own schedule)
         # what applied() reads: three cells of each server's row (the simulator
         # re-checks the evaluator's wait only when one changes, not at every tick)
@@ -83,6 +84,7 @@ class Evaluator:
               flush=True, file=sys.stdout)
         self.best = max(self.best, acc)
         self.last_pushes = pushes
+        self.last_loss = loss
         return loss, acc
 
     # the evaluator rank ---------------------------------------------------------

@@ -127,9 +127,9 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
     # a resumed run keeps its id (older run logs have none: a new one)
     run_id = transport.bcast((run_attrs(run_dir).get("run_id") if found else None) or new_run_id() if rank == 0 else None)
     transport.clock.origin = transport.bcast(time.time() if rank == 0 else None)
-    stopped, counts = None, (0, 0)
-    with _full_disk_ends_job(transport, run_dir):
-        transport.comm.Barrier()  # run_dir exists before anyone opens a file in it
+    stopped, counts = None, (0, 0, 0)
+    with _one_line_ends_job(transport, run_dir):
+        transport.blocking("set-up (the run directory made)", transport.comm.Barrier)   # before anyone opens a file in it
         log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
                       segment=segment, writers=size, run_id=run_id)
         if rank == 0:
@@ -145,7 +145,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
             checkpointer.close()
             raise
         log.close()
-    transport.comm.Barrier()   # every rank's log is whole before run.h5 says `finished`
+    transport.blocking("the logs' closing", transport.comm.Barrier)   # every rank's log whole before run.h5's status
     checkpointer.close()
     transport.close()
     if isinstance(stopped, Preempted):
@@ -158,16 +158,19 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
 
 
 @contextlib.contextmanager
-def _full_disk_ends_job(transport: MPITransport, run_dir: str):
-    """A write of this rank's alone (its log, run.h5) found the disk full
-    while the others train, or wait for it: every rank ends (an abort;
-    its log's file left as it is, see RankLog.close) with one line, said by
-    the first rank that failed (one that failed meanwhile gives it time to
-    go out), and run.h5 says `failed` if it can still be written (else
-    its status stays absent: the reader's `incomplete`)."""
+def _one_line_ends_job(transport: MPITransport, run_dir: str):
+    """A failure that is one line, met by some ranks while the others train,
+    or wait for them: a write of this rank's alone (its log, run.h5) that
+    found the disk full (exit status 1), or bad input found during the run
+    (a paradigm hook's batch size of 0: exit status 2; it ended in a
+    traceback of each worker that met it). Every rank ends (an abort; its
+    log's file left as it is, see RankLog.close) with one line, said by the
+    first rank that failed (one that failed meanwhile gives it time to go
+    out), and run.h5 says `failed` if it can still be written (else its
+    status stays absent: the reader's `incomplete`)."""
     try:
         yield
-    except DiskFull as e:
+    except (DiskFull, ConfigError) as e:
         if transport.first_to_fail():
             print(f"mpips: error: {e}", file=sys.stderr, flush=True)
             if os.path.exists(os.path.join(run_dir, "run.h5")):   # (none before rank 0's header)
@@ -175,4 +178,4 @@ def _full_disk_ends_job(transport: MPITransport, run_dir: str):
                     set_status(run_dir, "failed", str(e))
         else:
             time.sleep(1)
-        transport.comm.Abort(1)
+        transport.comm.Abort(2 if isinstance(e, ConfigError) else 1)

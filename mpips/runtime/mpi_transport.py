@@ -10,6 +10,8 @@ is laid out and summed is state.py.
 """
 from __future__ import annotations
 
+import sys
+import threading
 import time
 
 import numpy as np
@@ -300,7 +302,14 @@ class ControlWindow(TableLayout):
 class MPITransport:
     """transport.Transport and transport.Collectives of this rank of `comm`
     (COMM_WORLD by default); a wait of a collective warns after `warn`
-    seconds and fails after `timeout` (the configuration's stall_*)."""
+    seconds and fails after `timeout` (the configuration's stall_*).
+
+    MPI's own collectives (a window's allocation, a split, a broadcast, a
+    barrier) block until every rank is in them: a rank stopped (SIGSTOP, a
+    node swapping) before one, or inside it, held every other rank there
+    beyond any wait of ours, and a job with a rank stopped in its first
+    seconds hung, silent, until it was killed from outside. Each is made
+    through `blocking`, which ends the job past the stall timeout."""
 
     def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float):
         self.comm = MPI.COMM_WORLD if comm is None else comm
@@ -308,21 +317,42 @@ class MPITransport:
         self.ranks = [self.rank]
         self.clock = WallClock()
         self.warn, self.timeout = warn, timeout
+        self.started = False         # the run's clock started (run): a stuck collective is then exit 1, not 2
         self._made: list = []        # windows and communicators, freed by close()
         # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
-        self._failures = ControlWindow(self.comm, 0, 0, 0)
+        self._failures = self.blocking("set-up (a window's allocation)", lambda: ControlWindow(self.comm, 0, 0, 0))
+
+    def blocking(self, what: str, call):
+        """call(), one of MPI's blocking collectives. Past the stall timeout
+        rank 0 says where the job is stuck and aborts it; the other ranks
+        wait twice as long and 10 s more, and speak only if rank 0 is the
+        one stopped (the ranks missing from a collective are not known: the
+        point-to-point exchanges before it name those that never arrive)."""
+        patience = self.timeout if self.rank == 0 else 2 * self.timeout + 10
+        timer = threading.Timer(patience, self._stuck, (what, patience))
+        timer.daemon = True
+        timer.start()
+        try:
+            return call()
+        finally:
+            timer.cancel()
+
+    def _stuck(self, what: str, patience: float) -> None:
+        print(f"mpips: error: rank {self.rank}: {what} did not complete within {patience:g}s (stall_timeout): "
+              f"a rank is stuck, stopped or gone", file=sys.stderr, flush=True)
+        self.comm.Abort(1 if self.started else 2)
 
     def allgather(self, value, *, what: str, name=str) -> list:
         return allgather_within(self.comm, value, what=what, warn=self.warn, timeout=self.timeout, name=name)
 
     def bcast(self, value, root: int = 0):
-        return self.comm.bcast(value, root=root)
+        return self.blocking("a broadcast", lambda: self.comm.bcast(value, root=root))
 
     def gather(self, value, root: int = 0):
-        return self.comm.gather(value, root=root)
+        return self.blocking("a gather", lambda: self.comm.gather(value, root=root))
 
     def scatter(self, values, root: int = 0):
-        return self.comm.scatter(values, root=root)
+        return self.blocking("a scatter", lambda: self.comm.scatter(values, root=root))
 
     def barrier(self, wait) -> None:
         wait(self.comm.Ibarrier().Test)
@@ -333,12 +363,17 @@ class MPITransport:
 
     def on_this_node(self, value) -> tuple[list, int]:
         """Every value of this node's ranks, and this rank's place among them."""
-        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-        values, mine = local.allgather(value), local.Get_rank()
-        local.Free()
-        return values, mine
+        def exchange():
+            local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+            values, mine = local.allgather(value), local.Get_rank()
+            local.Free()
+            return values, mine
+        return self.blocking("set-up (the ranks of each node)", exchange)
 
     def level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict:
+        return self.blocking("set-up (the windows' allocation)", lambda: self._level(specs, n=n, sparse=sparse))
+
+    def _level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict:
         rank = self.rank
         mine = [k for k, spec in enumerate(specs) if rank in spec.members]
         if len(specs) == 1 and len(specs[0].members) == self.size:
@@ -365,15 +400,16 @@ class MPITransport:
         """The body between the start barrier and the end one (SetupTimeout
         naming the ranks that do not reach it)."""
         (rank, body), = bodies.items()
-        self.comm.Barrier()  # parameters in place and every role ready: the clock starts
-        # (a resumed job's clock goes on from the checkpoint's training time)
-        self.clock.origin = self.comm.bcast(time.time() - elapsed if rank == 0 else None)
+        self.blocking("the start of the run", self.comm.Barrier)   # parameters in place, every role ready
+        # the clock starts (a resumed job's goes on from the checkpoint's training time)
+        self.clock.origin = self.bcast(time.time() - elapsed if rank == 0 else None)
+        self.started = True
         result = body()
         self.allgather(None, what="the end of the run", name=name)
         return {rank: result}
 
     def total(self, counts: np.ndarray) -> np.ndarray:
-        return self.comm.allreduce(counts)
+        return self.blocking("the run's totals", lambda: self.comm.allreduce(counts))
 
     def first_to_fail(self) -> bool:
         """Whether no rank asked before (a fetch-and-add): of ranks that fail
@@ -382,6 +418,8 @@ class MPITransport:
 
     def close(self) -> None:
         """Free the levels' windows and communicators, the last made first."""
-        for made in reversed(self._made + [self._failures]):
-            made.free() if hasattr(made, "free") else made.Free()
+        def free():
+            for made in reversed(self._made + [self._failures]):
+                made.free() if hasattr(made, "free") else made.Free()
+        self.blocking("freeing the windows", free)
         self._made = []

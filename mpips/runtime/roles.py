@@ -19,10 +19,10 @@ from .state import G
 from .worker import FaultyWorker, Worker
 
 
-def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | None]:
+def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Evaluator | None]:
     """This rank's role, set up before the clock starts (restored from a
     checkpoint if there is one); returns its body, which runs it to the end
-    (a worker's body returns its Worker)."""
+    (a worker's body returns its Worker, an evaluating rank's its Evaluator)."""
     role, index = ctx.role, ctx.index
     if role == SERVER:
         lo, hi = ctx.store.bounds[index]
@@ -42,6 +42,7 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Non
             server.run()
             if index == 0:
                 _finish(ctx, evaluator)
+            return evaluator
         return serve
     if role == WORKER:
         faulty = ctx.config.fail_at or ctx.config.nan_at   # (tests' options)
@@ -62,6 +63,7 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Non
         ctx.wait_for_servers_done()
         if evaluator.last_pushes != evaluator.applied()[1]:
             evaluator.evaluate()   # the final one
+        return evaluator
     return evaluate
 
 

@@ -49,6 +49,36 @@ def test_bad_input_is_one_line_naming_the_field(tmp_path, case):
     assert "Traceback" not in out
 
 
+ZERO_BATCH = """\
+import mpips
+
+
+class ZeroBatch(mpips.Paradigm):
+    def batch_size(self, worker, view):
+        return 0
+
+
+mpips.register_paradigm("zero-batch", ZeroBatch)
+"""
+
+
+def test_a_paradigm_hooks_bad_count_during_the_run_is_one_line(tmp_path):
+    """Found by the workers only, once they train: it aborted the job with a
+    traceback of each (exit 1); now one line, exit 2, and run.h5 says why."""
+    (tmp_path / "zero.py").write_text(ZERO_BATCH)
+    p = mpiexec(3, ["-m", "mpips", "train", "--plugin", str(tmp_path / "zero.py"), "--paradigm", "zero-batch",
+                    "--run-dir", str(tmp_path / "run"), "--epochs", "1"], timeout=120)
+    out = p.stdout.replace("\x00", "")
+    line = "invalid paradigm='zero-batch': its batch_size() returned 0, not an integer >= 1"
+    assert p.returncode == 2, out
+    assert [x for x in out.splitlines() if x.startswith("mpips: error:")] == [f"mpips: error: {line}"], out
+    assert "Traceback" not in out, out
+    from mpips.io.log import RunLog
+
+    log = RunLog(str(tmp_path / "run"))
+    assert log.status == "failed" and log.status_reason == line
+
+
 def test_killed_run_leaves_a_readable_log(tmp_path):
     run = tmp_path / "run"
     cmd = [MPIEXEC, "-n", "3", sys.executable, "-m", "mpips", "train", "--run-dir", str(run),

@@ -38,6 +38,17 @@ def test_a_rank_stuck_in_set_up_is_named_within_the_stall_timeout(tmp_path):
     assert not (tmp_path / "run").exists(), "set-up failed before the run directory was made"
 
 
+def test_a_rank_stopped_in_a_blocking_collective_ends_the_job_within_the_stall_timeout(tmp_path):
+    # (MPI's own collectives, a window's allocation or a split, wait for every rank: a rank
+    # stopped in the first seconds held the others there, silent, until killed from outside)
+    code, out, took = _launch(tmp_path, 4, "--model", "faulty_models:stops_in_a_collective_on_rank_2",
+                              "--stall-timeout", "10", env=ON_PATH)
+    assert code == 2, out
+    assert ("mpips: error: rank 0: set-up (the ranks of each node) did not complete within 10s (stall_timeout): "
+            "a rank is stuck, stopped or gone") in out, out
+    assert took < 90, (took, out)
+
+
 def test_a_plugin_failing_on_one_rank_only_is_named_on_rank_0(tmp_path):
     plugin = tmp_path / "mine.py"
     plugin.write_text(PLUGIN_FAILING_ON_RANK_2)

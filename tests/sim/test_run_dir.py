@@ -105,11 +105,14 @@ def test_a_simulation_stopped_by_a_signal_keeps_its_logs(tmp_path, signum, capsy
     sender.start()
     try:
         code = simulate(run, "--workers", "8", "--epochs", "200")
+        # the burst's later ones change nothing, even as the process exits (put back, a
+        # second USR1 0.05 s after the first killed `mpips simulate` with signal 10)
+        ignored = signal.getsignal(signum) is signal.SIG_IGN
     finally:
         sender.join()
         signal.signal(signum, previous)
     err = capsys.readouterr().err
-    assert code == 128 + signum, err
+    assert code == 128 + signum and ignored, err
     name = signal.Signals(signum).name
     assert f"the simulation stopped on {name}; its logs so far are written" in err and "Traceback" not in err, err
     log = RunLog(str(run))

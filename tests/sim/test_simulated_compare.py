@@ -99,3 +99,24 @@ def test_an_entry_with_settings_is_named_by_it_in_the_table_and_figures(tmp_path
     lines = (tmp_path / "out" / "table.md").read_text().splitlines()
     assert [line.split(" | ")[1] for line in lines[2:5]] == entries
     assert (tmp_path / "out" / "timeline-localsgd-local_modeasync-dylutrue-s0.png").exists()
+
+
+def test_reuse_trains_a_damaged_run_again(compared, capsys):
+    """A finished run whose log is damaged is not kept: it was, and its row
+    counted only what could be read."""
+    import h5py
+
+    base, _ = compared
+    path = base / "runs" / "ssp-s1" / "rank-1.h5"
+    with h5py.File(path, "r") as f:
+        block = f["iterations"].id.get_chunk_info(0)
+    data = bytearray(path.read_bytes())
+    data[block.byte_offset + 100:block.byte_offset + 108] = bytes(range(0x51, 0x59))
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["compare", "--simulate", "--paradigms", "ssp", "--seeds", "1", *JOB, "--reuse",
+                 "--runs", str(base / "runs"), "--out", str(base / "redone")]) == 0
+    captured = capsys.readouterr()
+    assert "ssp-s1: damaged run log (rank-1.h5 damaged: rows left out" in captured.err
+    assert "finished earlier, kept" not in captured.out
+    assert RunLog(str(base / "runs" / "ssp-s1")).problems == []

@@ -655,3 +655,35 @@ def test_simulate_never_imports_mpi4py(tmp_path):
             "sys.exit(code)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "False []", out
+
+
+# A model whose loss ends non-finite while its pushes are fine: its scores overflow
+# once they are evaluated (a loss that blows up between the last pushes and the end
+# reads the same). Before, the run said `finished`, exit 0, its final loss NaN.
+OVERFLOWS_WHEN_EVALUATED = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.fc = torch.nn.Linear(64, classes)
+
+    def forward(self, x):
+        scores = self.fc(x.flatten(1))
+        return scores if self.training else scores * float("inf")
+
+
+def net(input_shape, num_classes):
+    return Net(num_classes)
+"""
+
+
+def test_a_run_whose_final_loss_is_not_finite_ends_diverged(tmp_path, capsys, user_package):
+    model = user_package("overflows", OVERFLOWS_WHEN_EVALUATED)
+    assert main(["simulate", "--run-dir", str(tmp_path / "run"), "--workers", "2", "--model", f"{model}:net",
+                 "--epochs", "1", "--eval-every", "100"]) == 1
+    assert "the final evaluation's loss is not finite: the run diverged" in capsys.readouterr().err
+    log = RunLog(str(tmp_path / "run"))
+    assert log.status == "diverged" and log.summary()["rejected_pushes"] == 0
+    assert not math.isfinite(log.evaluations["loss"][-1])

@@ -58,3 +58,30 @@ def test_preempted_job_resumes_from_its_checkpoint(slurm, tmp_path):
     # which push arrived first
     np.testing.assert_array_equal(log.final_params(), ref_log.final_params())
     assert log.summary()["final_accuracy"] == ref_log.summary()["final_accuracy"]
+
+
+def test_scancel_checkpoints_is_not_requeued_and_the_job_again_resumes(slurm, tmp_path):
+    """`scancel` (and a time limit) signal TERM to every process of the job:
+    the ranks, the script and mpirun, which passes it on, exits 1 and kills
+    its ranks about half a second later (outside Slurm) or leaves them to
+    end. The script says whether they checkpointed and exits 143 if so (it
+    said only `launcher exited with status 1`, exit 1); never requeued."""
+    script = REPO / "jobs" / "bsp.slurm"
+    run = tmp_path / "run"
+    job = slurm.submit(script, env={**SETTINGS, "MPIPS_RUN_DIR": run}, args=["--ntasks=3"], cwd=tmp_path)
+    wait_for_line(slurm, job, "mpips: epoch  2.00")
+    slurm.run("scancel", job)
+    assert slurm.wait(job, timeout=120) == "CANCELLED", slurm.describe(job)
+    out = Path(slurm.job_info(job)["StdOut"]).read_text(errors="replace").replace("\0", "")
+    assert "requeueing" not in out and slurm.job_info(job)["Restarts"] == "0", out
+    checkpoints = list((run / "checkpoints").glob("ckpt-*.h5"))
+    if not checkpoints:   # the ranks ended before theirs (seen with neither model tried here)
+        assert "stopped by SIGTERM without a checkpoint" in out and slurm.job_info(job)["ExitCode"] == "1:0", out
+        return
+    assert "stopped by SIGTERM after a checkpoint" in out, out
+    assert slurm.job_info(job)["ExitCode"] == "143:0", slurm.describe(job)
+    again = slurm.submit(script, env={**SETTINGS, "MPIPS_RUN_DIR": run}, args=["--ntasks=3"], cwd=tmp_path)
+    assert slurm.wait(again, timeout=300) == "COMPLETED", slurm.describe(again)
+    out = Path(slurm.job_info(again)["StdOut"]).read_text(errors="replace").replace("\0", "")
+    assert "resuming from" in out, out
+    assert RunLog(str(run)).completeness()["complete"]

@@ -77,6 +77,38 @@ def test_a_commands_own_numbers_refuse_nan_and_inf(command, option, value, capsy
     assert option in err and "a finite number" in err, err
 
 
+@pytest.mark.parametrize("window", ["0:inf", "-inf:1"])
+def test_a_plot_window_refuses_inf(window, capsys, tmp_path):
+    # (it drew until matplotlib's ValueError: Axis limits cannot be NaN or Inf)
+    with pytest.raises(SystemExit) as e:
+        main(["plot", "RUN", "-o", str(tmp_path), f"--window={window}"])
+    assert e.value.code == 2 and "--window: START:END in finite seconds" in capsys.readouterr().err
+
+
+# A folder a command writes into that cannot be one: checked before any run (compare's and
+# syncswitch-search's ended in a traceback, compare's --out once every run was done).
+OUTPUTS = [("compare", "--runs", ["--simulate", "--workers", "1", "--paradigms", "ssp"]),
+           ("compare", "--out", ["--simulate", "--workers", "1", "--paradigms", "ssp"]),
+           ("syncswitch-search", "--out", ["-n", "3"]),
+           ("plan", "--out", ["--profile", "CLUSTER", "--target", "0.5"])]
+
+
+@pytest.mark.parametrize("command, option, flags", OUTPUTS, ids=[f"{c} {o}" for c, o, _ in OUTPUTS])
+@pytest.mark.parametrize("where", ["a file", "below a file", "read-only"])
+def test_an_output_folder_that_cannot_be_one_is_one_line_before_any_run(command, option, flags, where, tmp_path,
+                                                                          capsys, read_only_folder):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "cluster.yaml").write_text("workers:\n- device_time: {a: 0.0, c: 0.001}\n  count: 2\n")
+    folder = {"a file": tmp_path / "file", "below a file": tmp_path / "file" / "sub",
+              "read-only": read_only_folder / "out"}[where]
+    flags = [str(tmp_path / "cluster.yaml") if f == "CLUSTER" else f for f in flags]
+    assert main([command, *flags, option, str(folder)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"mpips: error: invalid {option} "), err
+    assert str(folder) in err[0] and "cannot write there" in err[0], err
+    assert not list(tmp_path.glob("**/*.h5")), "a run was started"
+
+
 def test_every_numeric_setting_refuses_nan_and_inf():
     import dataclasses
 
@@ -93,3 +125,41 @@ def test_a_batch_larger_than_the_training_set_is_refused(tmp_path, capsys):
     # (under the global budget it ran, and its one claim logged epoch 1.39 after a single pass)
     assert main(["simulate", "--workers", "2", "--batch-size", "2000", "--run-dir", str(tmp_path / "run")]) == 2
     assert "invalid batch_size=2000: must be <= 1438, the training samples of digits" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("small") / "run"
+    assert main(["simulate", "--run-dir", str(run), "--workers", "1", "--iterations", "2"]) == 0
+    return run
+
+
+# summarize's files and plot's folder where they cannot be (a file where plot's folder goes, a
+# folder where summarize's file goes): one line each, exit 2
+WRITTEN = [(command, option, where) for command, option, places in [
+    ("summarize", "--csv", ("a folder", "below a file", "read-only")),
+    ("summarize", "--markdown", ("a folder", "below a file", "read-only")),
+    ("plot", "-o", ("a file", "below a file", "read-only"))] for where in places]
+
+
+@pytest.mark.parametrize("command, option, where", WRITTEN)
+def test_an_output_path_that_cannot_be_written_is_one_line(command, option, where, small_run, tmp_path, capsys,
+                                                            read_only_folder):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "folder").mkdir()
+    path = {"a file": tmp_path / "file", "a folder": tmp_path / "folder", "below a file": tmp_path / "file" / "x",
+            "read-only": read_only_folder / "x"}[where]
+    assert main([command, str(small_run), option, str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "cannot write" in err[0] and str(path) in err[0], err
+
+
+def test_plot_on_an_unreadable_run_h5_is_one_line(small_run, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    (run / "run.h5").write_bytes((run / "run.h5").read_bytes()[:1000])
+    assert main(["plot", str(run), "-o", str(tmp_path / "figures")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "run.h5: not a readable run log" in err[0], err

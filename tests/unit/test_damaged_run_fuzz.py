@@ -96,3 +96,28 @@ def test_damaged_runs_end_in_seconds_with_one_line_never_a_traceback(finished, t
                 escaped.append(f"case {case} ({what}): {tool} exited {code}: {lines[:4]}")
         shutil.rmtree(run)
     assert not escaped and not slow, "\n".join(escaped + slow)
+
+
+def test_bytes_altered_among_a_tables_rows_are_left_out_and_named(finished, tmp_path, capsys):
+    """A table's rows have no checksum of HDF5's own (its metadata has): bytes
+    altered among them were read as garbage (a worker 7 of 3, a staleness of
+    1e17) and ended plot in an IndexError or a MemoryError. Their block is
+    left out and named by every reader; the rest of the run is kept."""
+    from mpips.io.log import RunLog
+
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    path = run / "rank-1.h5"   # worker 0
+    with h5py.File(path, "r") as f:
+        block, rows = f["iterations"].id.get_chunk_info(0), len(f["iterations"])
+    data = bytearray(path.read_bytes())
+    data[block.byte_offset + 100:block.byte_offset + 108] = bytes(range(0x51, 0x59))   # in its first row
+    path.write_bytes(bytes(data))
+    log = RunLog(str(run))
+    assert log.problems == [f"rank-1.h5 damaged: rows left out (iterations {min(rows, 256)})"]
+    assert not log.completeness()["complete"] and set(log.iterations["worker"]) == {1}
+    assert main(["info", str(run)]) == 1
+    assert plot.main([str(run), "-o", str(tmp_path / "figures")]) == 0
+    assert summarize.main([str(run)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all("rank-1.h5 damaged: rows left out" in line for line in err), err

@@ -37,3 +37,25 @@ def stuck_on_rank_2(input_shape, num_classes):
     if MPI.COMM_WORLD.Get_rank() == 2:
         time.sleep(3600)
     return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))
+
+
+def stops_in_a_collective_on_rank_2(input_shape, num_classes):
+    """Rank 2 stops itself (SIGSTOP: a node swapping, a cgroup freeze) as it
+    enters the next of MPI's own blocking collectives of the set-up (the
+    split by node), where every other rank then waits for it: beyond any
+    exchange of mpips' own, which names a rank that never arrives."""
+    import os
+    import signal
+
+    from mpi4py import MPI
+
+    from mpips.runtime.mpi_transport import MPITransport
+
+    if MPI.COMM_WORLD.Get_rank() == 2:
+        split = MPITransport.on_this_node
+
+        def stop_first(self, value):
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return split(self, value)
+        MPITransport.on_this_node = stop_first
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))
