@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,25 @@ def train(n: int, run_dir, *flags: str, timeout: float = 240, check: bool = True
     if check and code != 0:
         pytest.fail(f"job exited {code}:\n{out[-4000:]}")
     return Job(code, out, str(run_dir))
+
+
+def kill_training_when(n: int, run_dir, flags, ready, what: str, timeout: float = 120) -> None:
+    """Start `mpips train` on n ranks into run_dir; once ready() (looked at
+    every 20 ms), SIGKILL mpiexec and every rank (a node lost). Fails the
+    test if the job ends first, or if `what` (what ready() waits for) does
+    not come within `timeout`, or if the run finished before the kill."""
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpips", "train", "--run-dir", str(run_dir),
+           "--stall-timeout", "60", *flags]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **MPI_ENV})
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert p.poll() is None, f"job ended ({p.returncode}) before the kill"
+            assert time.monotonic() < deadline, f"no {what}"
+            time.sleep(0.02)
+    finally:
+        kill_job(p)
+    assert RunLog(str(run_dir)).status != "finished", "the job finished before the kill"
 
 
 def assert_each_sample_once(log) -> None:

@@ -3,15 +3,10 @@ workers, and a Local SGD job killed between two pushes and resumed from its
 checkpoint (the workers' inner optimizer state with it)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-
 import numpy as np
 import pytest
 
-from conftest import MPI_ENV, MPIEXEC, assert_each_sample_once, even_rounds, kill_job, replayed_run, train
+from conftest import assert_each_sample_once, even_rounds, kill_training_when, replayed_run, train
 from mpips.config import load
 from mpips.io.checkpoint import CheckpointError, checkpoint_files, decode, read_checkpoint
 from mpips.io.log import RunLog
@@ -77,26 +72,15 @@ def _pushes_logged(run_dir) -> int:
         return 0
 
 
-def _kill_between_pushes(run_dir, timeout=120):
-    """Start the job; SIGKILL every rank once a checkpoint holds a worker
-    that has pushed (its inner optimizer with a momentum buffer) and the log
-    holds a push after it (work the resumed job must redo, not count twice).
-    Returns the newest checkpoint's (clocks, worker state) at the kill."""
-    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "mpips", "train", "--run-dir", str(run_dir),
-           "--stall-timeout", "60", *LOCAL]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **MPI_ENV})
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert p.poll() is None, f"job ended ({p.returncode}) before the kill"
-            assert time.monotonic() < deadline, "no checkpoint after a push with a push logged after it"
-            found = _newest(run_dir)
-            if found and found[0][0] > 0 and _pushes_logged(run_dir) > found[0][0]:
-                break
-            time.sleep(0.02)
-    finally:
-        kill_job(p)
-    assert RunLog(str(run_dir)).status != "finished", "the job finished before the kill"
+def _kill_between_pushes(run_dir) -> tuple:
+    """Kill the job once a checkpoint holds a worker that has pushed (its
+    inner optimizer with a momentum buffer) and the log holds a push after it
+    (work the resumed job must redo, not count twice). Returns the newest
+    checkpoint's (clocks, worker state) at the kill."""
+    def ready():
+        found = _newest(run_dir)
+        return bool(found) and found[0][0] > 0 and _pushes_logged(run_dir) > found[0][0]
+    kill_training_when(2, run_dir, LOCAL, ready, "checkpoint after a push with a push logged after it")
     return _newest(run_dir)
 
 

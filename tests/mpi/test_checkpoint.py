@@ -10,18 +10,14 @@ import glob
 import json
 import os
 import shutil
-import subprocess
-import sys
-import time
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import MPI_ENV, MPIEXEC, assert_each_sample_once, kill_job, train
+from conftest import assert_each_sample_once, kill_training_when, train
 
 from mpips.io.checkpoint import CheckpointError, checkpoint_files, decode, read_checkpoint
-from mpips.io.log import RunLog
 from mpips.paradigms.view import MODE_ASP, SLOT_MODE
 
 RANKS = 5   # 1 server, 3 workers, the evaluator (which takes part in every checkpoint)
@@ -59,28 +55,18 @@ def _logged_beyond(run_dir, clocks) -> int:
     return int((rows["iteration"] >= np.asarray(clocks)[rows["worker"]]).sum())
 
 
-def _kill_after_a_checkpoint(run_dir, timeout=120) -> bool:
-    """Start the job; once a checkpoint was taken in ASP mode and the log
-    holds work done after the newest checkpoint, SIGKILL mpiexec and every
-    rank (a node lost). True if no checkpoint landed between that look and
-    the kill, so that the resumed job has work to leave out."""
-    cmd = [MPIEXEC, "-n", str(RANKS), sys.executable, "-m", "mpips", "train",
-           "--run-dir", str(run_dir), "--stall-timeout", "60", *FLAGS]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         env={**os.environ, **MPI_ENV})
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert p.poll() is None, f"job ended ({p.returncode}) before the kill"
-            assert time.monotonic() < deadline, "no checkpoint in ASP mode with work logged after it"
-            clocks = _newest_clocks(run_dir)
-            if clocks is not None and _checkpoint_in_asp(run_dir) and _logged_beyond(run_dir, clocks):
-                break
-            time.sleep(0.02)
-    finally:
-        kill_job(p)
-    assert RunLog(str(run_dir)).status != "finished", "the job finished before the kill"
-    return _newest_clocks(run_dir) == clocks
+def _kill_after_a_checkpoint(run_dir) -> bool:
+    """Kill the job once a checkpoint was taken in ASP mode and the log holds
+    work done after the newest checkpoint. True if no checkpoint landed
+    between that look and the kill, so that the resumed job has work to
+    leave out."""
+    seen = []
+
+    def ready():
+        seen[:] = [_newest_clocks(run_dir)]
+        return seen[0] is not None and _checkpoint_in_asp(run_dir) and bool(_logged_beyond(run_dir, seen[0]))
+    kill_training_when(RANKS, run_dir, FLAGS, ready, "checkpoint in ASP mode with work logged after it")
+    return _newest_clocks(run_dir) == seen[0]
 
 
 @pytest.fixture(scope="module")
