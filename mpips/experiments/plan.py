@@ -35,6 +35,10 @@ from .compare import flags as as_flags
 from .setups import PER_RUN, OptionError, Setup, file_name
 
 STOP_AFTER = 3.0   # a run this many times slower to the target than the best known is hopeless
+# The time to the target: the first evaluation at which the mean of it and the
+# two before reached it. The first single evaluation at the target is a chance
+# of a point on an asynchronous run's oscillating accuracy (io/log.time_to_target).
+TARGET_EVALUATIONS = 3
 
 
 class Candidate(Setup):
@@ -74,7 +78,7 @@ class Run:
     failed: str = ""                # why the simulation failed (diverged, a paradigm's error): ranked last
 
 
-def _simulate(config: Config, target: float | None) -> dict:
+def _simulate(config: Config, target: float | None, evaluations: int) -> dict:
     """In a pool process: simulate one run (dataset loaded once per process)."""
     from ..io.log import RunLog
     from ..runtime.simulate import simulate
@@ -92,7 +96,7 @@ def _simulate(config: Config, target: float | None) -> dict:
             return {"failed": one_line(e)}
     log = RunLog(config.run_dir)
     s, ev = log.summary(), log.evaluations
-    return {"time_to_target": log.time_to_accuracy(target) if target else None,
+    return {"time_to_target": log.time_to_accuracy(target, evaluations) if target else None,
             "final_accuracy": float(s["final_accuracy"] or 0.0), "seconds": float(s["wall_seconds"]),
             "bytes_sent": int(s["bytes_sent"]), "samples": int(s["samples"]),
             "total_samples": int(log.layout["total_samples"]),
@@ -128,6 +132,7 @@ class Search:
     seeds: list[int]
     out: str
     target: float | None = None
+    evaluations: int = TARGET_EVALUATIONS   # the time to the target: when a mean of this many reached it
     config: str | None = None       # the user's YAML file of settings
     jobs: int = 2
     runs: list[tuple[Candidate, int, Config]] = field(init=False)   # seeds outermost
@@ -160,7 +165,7 @@ class Search:
                     limit = self._limit(done, config.time_limit)
                     cut = limit if limit != config.time_limit else 0.0
                     config = dataclasses.replace(config, time_limit=limit)
-                    running[pool.submit(_simulate, config, self.target)] = (c, seed, config, cut)
+                    running[pool.submit(_simulate, config, self.target, self.evaluations)] = (c, seed, config, cut)
                 finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
                 for f in finished:
                     c, seed, config, cut = running.pop(f)
@@ -228,7 +233,7 @@ def rank(runs: list[Run], target: float | None):
     return table.reset_index(drop=True)
 
 
-def render(table, target: float | None, time_limit: float) -> str:
+def render(table, target: float | None, time_limit: float, evaluations: int) -> str:
     """The ranking as text (Markdown), times in (predicted) seconds."""
     t = table.copy()
     heads = {"rank": "rank", "candidate": "candidate", "seeds": "seeds", "final_accuracy": "final accuracy %",
@@ -239,7 +244,8 @@ def render(table, target: float | None, time_limit: float) -> str:
     t["bytes_sent_mb"] = t["bytes_sent_mb"].map("{:.1f}".format)
     if target:
         t["time_to_target"] = t["time_to_target"].map(lambda v: "not reached" if v != v else f"{v:.2f}")
-        heads = {**heads, "reached": "reached", "time_to_target": f"time to {100 * target:g}% s",
+        mean = f" (mean of {evaluations} evaluations)" if evaluations > 1 else ""
+        heads = {**heads, "reached": "reached", "time_to_target": f"time to {100 * target:g}%{mean} s",
                  "time_spread": "time range s"}
         order = ["rank", "candidate", "time_to_target", "time_spread", "reached", "final_accuracy",
                  "accuracy_spread", "seconds", "bytes_sent_mb", "stopped"]
@@ -343,6 +349,10 @@ def add_arguments(p) -> None:
     g.add_argument("--target", type=number_in(0, 1, low_open=True), default=None,
                    help="rank by the predicted time to this test accuracy (or give --time-limit: rank "
                         "by the accuracy at that time)")
+    g.add_argument("--target-evaluations", type=int, default=TARGET_EVALUATIONS, metavar="K",
+                   help="the time to the target: the first evaluation at which the mean accuracy of it and "
+                        "the K-1 before reached it (1: the first evaluation at the target, which an "
+                        "oscillating accuracy touches by chance) [default: %(default)s]")
     g.add_argument("--candidates", default=None, metavar="PARADIGM[:SETTING=VALUE...],...",
                    help="what to simulate [default: every paradigm at its defaults and a small grid of "
                         "its main setting: " + ",".join(default_candidates(8)) + " (gssp:groups=4 "
@@ -371,6 +381,8 @@ def cmd_plan(args, comm=None) -> int:
         seeds = parse_seeds(args.seeds)
         if args.jobs < 1:
             raise ConfigError("jobs", args.jobs, "an integer >= 1")
+        if args.target_evaluations < 1:
+            raise ConfigError("target_evaluations", args.target_evaluations, "an integer >= 1")
         path = args.profile
         if path is None:
             comm = _communicator(comm)
@@ -393,7 +405,8 @@ def cmd_plan(args, comm=None) -> int:
         # cluster's, probed) do not override it in the search
         job = {k: v for k, v in settings.items() if k not in CLUSTER}
         search = Search({**found.settings(base.batch_size), "straggler": ""}, job, candidates, seeds, out,
-                        target=args.target, config=config_file, jobs=args.jobs)
+                        target=args.target, evaluations=args.target_evaluations, config=config_file,
+                        jobs=args.jobs)
         return _plan(search, candidates, found, path, settings, config_file, args, base.time_limit)
     except (ConfigError, OptionError) as e:
         return _fail(str(e))
@@ -413,12 +426,13 @@ def _plan(search: Search, candidates, found, path, settings, config_file, args, 
     best = next(c for c in candidates if c.name == table["candidate"][0])
     how = commands(best, {k: v for k, v in settings.items() if k != "workers"}, config_file,
                    len(found.workers), args.launcher)
-    text = render(table, search.target, time_limit)
+    text = render(table, search.target, time_limit, search.evaluations)
     image = figure(runs, table, os.path.join(search.out, "plan.png"), search.target)
     seconds = time.perf_counter() - began
     advice = (f"\nrecommended: {best.name}\n  {how['mpirun']}\n  {how['sbatch']}\n"
               f"(predicted by `mpips simulate` on {path}; {len(runs)} simulations in {seconds:.0f} s)\n")
     write(search.out, {"profile": path, "cluster": found.to_dict(), "target": search.target,
+                       "target_evaluations": search.evaluations,
                        "time_limit": time_limit, "seeds": search.seeds, "settings": settings,
                        "candidates": {c.name: c.settings for c in candidates},
                        "ranking": table.to_dict("records"), "runs": [asdict(r) for r in runs],

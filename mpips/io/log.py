@@ -79,6 +79,22 @@ class LogRowError(ValueError):
     """A row that does not fit its table's columns."""
 
 
+def time_to_target(times, accuracies, target: float, evaluations: int = 1) -> float | None:
+    """The time of the first evaluation at which the mean accuracy of it and
+    the `evaluations` - 1 before it reached `target` (None if never).
+
+    Why a mean: an asynchronous run's accuracy swings by 5-15 points between
+    evaluations, so the first single evaluation at the target moves by whole
+    evaluation intervals on the chance of a point; a prediction of it (mpips
+    plan) can be right about the run and still wrong about that chance."""
+    accuracies = np.asarray(accuracies, dtype=float)
+    if evaluations < 1 or len(accuracies) < evaluations:
+        return None
+    means = np.convolve(accuracies, np.ones(evaluations) / evaluations, mode="valid")
+    hit = np.flatnonzero(means >= target)
+    return float(np.asarray(times)[hit[0] + evaluations - 1]) if hit.size else None
+
+
 def rank_file(run_dir: str, rank: int, segment: int = 0) -> str:
     """A rank's log file; a job resumed from a checkpoint (segment k > 0)
     writes new files, so no segment's rows are overwritten."""
@@ -710,11 +726,12 @@ class RunLog:
                                      if (local := self.events("local_push")) else None),
         }
 
-    def time_to_accuracy(self, target: float) -> float | None:
-        """Seconds until an evaluation first reached `target` (None if never)."""
+    def time_to_accuracy(self, target: float, evaluations: int = 1) -> float | None:
+        """Seconds until the mean accuracy of `evaluations` consecutive
+        evaluations first reached `target`, at the last of them (None if never;
+        1: the first evaluation that reached it). See time_to_target."""
         ev = self.evaluations
-        hit = np.flatnonzero(ev["accuracy"] >= target)
-        return float(ev["time"][hit[0]]) if hit.size else None
+        return time_to_target(ev["time"], ev["accuracy"], target, evaluations)
 
     def epochs_to_accuracy(self, target: float) -> float | None:
         """Epochs of samples pushed until an evaluation first reached `target`

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from mpips.cli import main
-from mpips.io.log import RunLog
+from mpips.io.log import RunLog, time_to_target
 
 CLUSTER = {"workers": [{"device_time": {"a": 0.0, "c": 0.00125}, "count": 3},
                        {"device_time": {"a": 0.0, "c": 0.00125}, "slowdown": 4}]}
@@ -20,8 +20,10 @@ CLUSTER = {"workers": [{"device_time": {"a": 0.0, "c": 0.00125}, "count": 3},
 def planned(tmp_path_factory):
     base = tmp_path_factory.mktemp("plan")
     (base / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    # evaluations every half epoch: the time to the target is a mean of 3 (the
+    # default --target-evaluations), of which 3 epochs at the default 1 would have 3 in all, all still climbing
     code = main(["plan", "--profile", str(base / "cluster.yaml"), "--candidates", "bsp,asp,ssp:staleness=1",
-                 "--target", "0.8", "--epochs", "3", "--out", str(base / "out")])
+                 "--target", "0.8", "--epochs", "6", "--eval-every", "0.5", "--out", str(base / "out")])
     return base / "out", code
 
 
@@ -37,12 +39,16 @@ def test_the_plan_ranks_every_candidate_and_recommends_the_fastest(planned, caps
     first = next(r for r in plan["runs"] if (r["candidate"], r["seed"]) == ("bsp", 0))
     assert first["stopped_at"] == 0 and first["time_to_target"] > 1.5 * ranking[0]["time_to_target"]
     assert len(plan["runs"]) == 6 and {r["seed"] for r in plan["runs"]} == {0, 1}
+    assert plan["target_evaluations"] == 3
+    for r in plan["runs"]:   # each's time to the target: when a mean of 3 of its evaluations reached it
+        t, a = zip(*r["curve"])
+        assert r["time_to_target"] == time_to_target(t, a, 0.8, 3) is not None
     for r in plan["runs"]:   # each a simulation on the profile's cluster
         log = RunLog(r["run_dir"])
         assert log.config["slowdown"] == "1x3,4" and log.layout["workers"] == 4
     assert (out / "plan.png").stat().st_size > 10_000
     table = (out / "plan.md").read_text()
-    assert "| 1 | asp |" in table and "time to 80% s" in table and "recommended: asp" in table
+    assert "| 1 | asp |" in table and "time to 80% (mean of 3 evaluations) s" in table and "recommended: asp" in table
 
 
 def test_the_recommended_command_is_one_mpips_train_takes(planned, capsys):
@@ -54,7 +60,7 @@ def test_the_recommended_command_is_one_mpips_train_takes(planned, capsys):
     capsys.readouterr()
     assert main(["ranks", *words[7:]]) == 0
     assert int(capsys.readouterr().out) == int(words[2]) == how["ranks"] == 5
-    assert how["sbatch"] == "MPIPS_EPOCHS=3 MPIPS_WORKERS=4 sbatch -n 5 jobs/asp.slurm"
+    assert how["sbatch"] == "MPIPS_EPOCHS=6 MPIPS_EVAL_EVERY=0.5 MPIPS_WORKERS=4 sbatch -n 5 jobs/asp.slurm"
 
 
 def test_a_plan_needs_a_target_or_a_time_limit(tmp_path, capsys):
@@ -62,6 +68,14 @@ def test_a_plan_needs_a_target_or_a_time_limit(tmp_path, capsys):
     assert main(["plan", "--profile", str(tmp_path / "cluster.yaml"), "--candidates", "bsp",
                  "--out", str(tmp_path / "out")]) == 2
     assert "--target ACC" in capsys.readouterr().err
+
+
+def test_a_time_to_the_target_needs_one_evaluation_or_more(tmp_path, capsys):
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    assert main(["plan", "--profile", str(tmp_path / "cluster.yaml"), "--candidates", "bsp", "--target", "0.5",
+                 "--target-evaluations", "0", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "target_evaluations" in err and ">= 1" in err
 
 
 def test_a_bad_candidate_is_one_line_naming_it(tmp_path, capsys):

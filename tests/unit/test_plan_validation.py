@@ -3,6 +3,7 @@ records: the seeds on both sides, each candidate's prediction error next to
 its seeds' spread and noise, a failure's reason in the table, the estimate
 of how long a validation takes."""
 import argparse
+import json
 import math
 import os
 import sys
@@ -68,7 +69,7 @@ def test_a_failed_candidate_shows_why():
             "recommended": {"candidate": "asp"}, "cluster": {}}
     result = pv.shape_result("mixed", [], plan, {"ssp": measured, "asp": runs([2.1, 2.1, 2.1])}, 70.0)
     assert result["real_best"] == "asp" and result["regret"] == 1.0
-    args = argparse.Namespace(device_time="20ms", epochs=10.0, target=0.9, probe_seconds=60.0)
+    args = argparse.Namespace(device_time="20ms", epochs=10.0, target=0.9, target_evaluations=3, probe_seconds=60.0)
     text = pv.report([result], args, [0, 1, 2], 100.0)
     row = next(line for line in text.splitlines() if line.startswith("| mixed | ssp |"))
     assert "failed: simulated seed 2: diverged: loss nan; MPI seed 2: exit 2:" in row
@@ -93,3 +94,20 @@ def test_a_candidates_settings_are_the_flags_mpips_train_reads():
     assert flags == ["--local-mode", "async", "--dylu", "--delayed-nesterov", "4"]
     from mpips.cli import parser
     parser().parse_args(["train", "--paradigm", "localsgd", *flags])
+
+
+def test_a_kept_plan_of_another_statistic_is_ranked_again_on_this_one(tmp_path):
+    # asp touches 90% at 1 s and swings under it until 4 s; gssp climbs and holds it from 2 s
+    swinging = [(1, 0.91), (2, 0.80), (3, 0.92), (4, 0.93), (5, 0.95)]
+    climbing = [(1, 0.85), (2, 0.90), (3, 0.91), (4, 0.92), (5, 0.93)]
+    plan = {"target_evaluations": 1, "recommended": {"candidate": "asp"}, "runs": [
+        {"candidate": name, "seed": seed, "run_dir": "", "time_to_target": 1.0 if name == "asp" else 2.0,
+         "final_accuracy": curve[-1][1], "seconds": 5.0, "bytes_sent": 0, "stopped_at": 0.0, "curve": curve,
+         "job_seconds": 0.1, "failed": ""}
+        for seed in (0, 1) for name, curve in (("asp", swinging), ("gssp", climbing))]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    assert pv.read_plan(str(tmp_path), 0.9, 1) == json.loads(json.dumps(plan))   # its own statistic: as it was
+    again = pv.read_plan(str(tmp_path), 0.9, 3)
+    # means of 3: asp .877 .883 .933 (at 5 s); gssp .887 .91 (at 4 s)
+    assert again["recommended"]["candidate"] == "gssp" and again["target_evaluations"] == 3
+    assert {(r["candidate"], r["time_to_target"]) for r in again["runs"]} == {("asp", 5), ("gssp", 4)}

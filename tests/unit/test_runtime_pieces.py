@@ -9,7 +9,7 @@ import pytest
 
 from mpips.config import Config, ConfigError
 from mpips.training.emulation import Slowdown, parse_stragglers
-from mpips.io.log import RankLog, RunLog, write_run_end, write_run_header
+from mpips.io.log import RankLog, RunLog, time_to_target, write_run_end, write_run_header
 from mpips.runtime.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
 
 
@@ -128,6 +128,17 @@ def test_log_roundtrip(tmp_path):
     assert r.final_params().tolist() == [1.0] * 5
     assert r.time_to_accuracy(0.7) == pytest.approx(0.3) and r.time_to_accuracy(0.8) is None
     json.dumps(s)
+
+
+def test_the_time_to_the_target_is_when_a_mean_of_evaluations_first_reached_it():
+    times = [1, 2, 3, 4, 5, 6]
+    swinging = [0.80, 0.91, 0.79, 0.88, 0.92, 0.95]   # touches 0.9 at 2 s, holds it from 5 s
+    assert time_to_target(times, swinging, 0.9) == 2
+    # means of 2: .855 .85 .835 .90 (4-5 s) -> 5 s; of 3: .833 .86 .863 .917 -> 6 s
+    assert time_to_target(times, swinging, 0.9, 2) == 5 and time_to_target(times, swinging, 0.9, 3) == 6
+    assert time_to_target(times, swinging, 0.96, 1) is None
+    assert time_to_target(times[:2], swinging[:2], 0.5, 3) is None   # fewer evaluations than the mean's
+    assert time_to_target([], [], 0.5) is None
 
 
 def test_not_a_run_dir(tmp_path):
