@@ -204,7 +204,11 @@ def _line(run: Run, k: int, n: int, target: float | None) -> str:
 
 
 def rank(runs: list[Run], target: float | None):
-    """One row per candidate, best first (a pandas DataFrame)."""
+    """One row per candidate, best first (a pandas DataFrame). By the time to
+    the target, its mean over seeds plus the mean's standard error: of two
+    candidates predicted as fast, the one whose seeds agree is the safer
+    choice. (Seen in a validation: ASP predicted 3.75 s, its seeds 2.99-4.67,
+    asynchronous Local SGD 3.77 s, 3.45-4.17; ASP measured 18% slower.)"""
     import numpy as np
     import pandas as pd
 
@@ -216,6 +220,8 @@ def rank(runs: list[Run], target: float | None):
         rows.append({"candidate": name, "seeds": len(g), "_hits": int(reached.sum()),
                      "reached": f"{int(reached.sum())}/{len(g)}" if target else "",
                      "time_to_target": float(times.mean()) if reached.all() else np.nan,
+                     "time_upper": float(times.mean() + (times.sem() if len(g) > 1 else 0.0))
+                     if reached.all() else np.nan,
                      "time_spread": f"{times.min():.2f}-{times.max():.2f}" if reached.all() else "",
                      "final_accuracy": float(g["final_accuracy"].mean()),
                      "accuracy_spread": f"{100 * g['final_accuracy'].min():.1f}-{100 * g['final_accuracy'].max():.1f}",
@@ -224,7 +230,7 @@ def rank(runs: list[Run], target: float | None):
                      "stopped": int((g["stopped_at"] > 0).sum())})
     table = pd.DataFrame(rows)
     if target:
-        table = table.sort_values(["_hits", "time_to_target", "final_accuracy"],
+        table = table.sort_values(["_hits", "time_upper", "final_accuracy"],
                                   ascending=[False, True, False], kind="stable")
     else:
         table = table.sort_values("final_accuracy", ascending=False, kind="stable")
@@ -243,11 +249,12 @@ def render(table, target: float | None, time_limit: float, evaluations: int) -> 
     t["seconds"] = t["seconds"].map("{:.2f}".format)
     t["bytes_sent_mb"] = t["bytes_sent_mb"].map("{:.1f}".format)
     if target:
-        t["time_to_target"] = t["time_to_target"].map(lambda v: "not reached" if v != v else f"{v:.2f}")
+        for column in ("time_to_target", "time_upper"):
+            t[column] = t[column].map(lambda v: "not reached" if v != v else f"{v:.2f}")
         mean = f" (mean of {evaluations} evaluations)" if evaluations > 1 else ""
         heads = {**heads, "reached": "reached", "time_to_target": f"time to {100 * target:g}%{mean} s",
-                 "time_spread": "time range s"}
-        order = ["rank", "candidate", "time_to_target", "time_spread", "reached", "final_accuracy",
+                 "time_spread": "time range s", "time_upper": "mean + its standard error s (ranked by)"}
+        order = ["rank", "candidate", "time_to_target", "time_spread", "time_upper", "reached", "final_accuracy",
                  "accuracy_spread", "seconds", "bytes_sent_mb", "stopped"]
     else:
         heads["final_accuracy"] = f"accuracy at {time_limit:g} s %"

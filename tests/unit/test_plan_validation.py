@@ -106,8 +106,17 @@ def test_a_kept_plan_of_another_statistic_is_ranked_again_on_this_one(tmp_path):
          "job_seconds": 0.1, "failed": ""}
         for seed in (0, 1) for name, curve in (("asp", swinging), ("gssp", climbing))]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    assert pv.read_plan(str(tmp_path), 0.9, 1) == json.loads(json.dumps(plan))   # its own statistic: as it was
+    same = pv.read_plan(str(tmp_path), 0.9, 1)   # its own statistic: its times as they were
+    assert [r["time_to_target"] for r in same["runs"]] == [1.0, 2.0, 1.0, 2.0]
+    assert same["recommended"]["candidate"] == "asp"
     again = pv.read_plan(str(tmp_path), 0.9, 3)
     # means of 3: asp .877 .883 .933 (at 5 s); gssp .887 .91 (at 4 s)
     assert again["recommended"]["candidate"] == "gssp" and again["target_evaluations"] == 3
     assert {(r["candidate"], r["time_to_target"]) for r in again["runs"]} == {("asp", 5), ("gssp", 4)}
+
+
+def test_the_misses_of_an_exact_prediction_are_its_seeds_chance_of_an_error_beyond_the_bound():
+    # noise 0.30: one standard deviation of 0.15, the bound: P(|z| > 1) = 0.3173; noise 0.15: P(|z| > 2) = 0.0455
+    candidates = [{"error": 0.0, "noise": 0.30}, {"error": -0.2, "noise": 0.15}, {"error": 0.1, "noise": math.nan},
+                  {"error": None, "noise": None}]
+    assert pv.exact_misses(candidates) == pytest.approx(0.3173 + 0.0455, abs=1e-4)
