@@ -738,5 +738,4 @@ class RunLog:
         (None if never): the statistical side of time to accuracy, which a
         loaded machine's timing noise does not touch."""
         ev = self.evaluations
-        hit = np.flatnonzero(ev["accuracy"] >= target)
-        return float(ev["epoch"][hit[0]]) if hit.size else None
+        return time_to_target(ev["epoch"], ev["accuracy"], target)

@@ -127,6 +127,7 @@ def test_log_roundtrip(tmp_path):
     assert r.events("rejected_push")[0]["iteration"] == 9
     assert r.final_params().tolist() == [1.0] * 5
     assert r.time_to_accuracy(0.7) == pytest.approx(0.3) and r.time_to_accuracy(0.8) is None
+    assert r.epochs_to_accuracy(0.7) == pytest.approx(3.0) and r.epochs_to_accuracy(0.8) is None
     json.dumps(s)
 
 
