@@ -43,10 +43,19 @@ from matplotlib.patches import Patch  # noqa: E402
 from ..config import PARADIGMS  # noqa: E402
 from ..io.log import LogError, RunLog  # noqa: E402
 from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
-from ..validate import number_in  # noqa: E402
 from ..training.emulation import parse_slowdown  # noqa: E402
-from .summarize import (CLUSTER_KEYS, PARADIGM_KEYS, find_runs, heterogeneity,  # noqa: E402
-                        labelled, run_label, settings, settings_label, shown_settings)
+from ..validate import number_in  # noqa: E402
+from .summarize import (  # noqa: E402
+    CLUSTER_KEYS,
+    PARADIGM_KEYS,
+    find_runs,
+    heterogeneity,
+    labelled,
+    run_label,
+    settings,
+    settings_label,
+    shown_settings,
+)
 
 DPI = 110
 # One colour per paradigm, the same in every figure.
@@ -346,7 +355,7 @@ def _draw_workers(ax, log: RunLog, lo: float, hi: float) -> list[str]:
     for w in workers:
         rows = it[it["worker"] == w]
         t = rows["start"].copy()
-        for (key, fill, _), span in zip(SEGMENTS, _spans(rows).values()):
+        for (_, fill, _), span in zip(SEGMENTS, _spans(rows).values()):
             keep = (t + span >= lo) & (t <= hi)
             ax.broken_barh(list(zip(t[keep], span[keep])), (w - 0.35, 0.7), facecolors=fill)
             t = t + span

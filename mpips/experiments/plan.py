@@ -32,7 +32,7 @@ from ..config import Config, ConfigError, load
 from ..io.outdir import folder_problem
 from ..validate import number_in, one_line
 from .compare import flags as as_flags
-from .setups import PER_RUN, OptionError, Setup, file_name
+from .setups import OptionError, Setup, file_name
 
 STOP_AFTER = 3.0   # a run this many times slower to the target than the best known is hopeless
 # The time to the target: the first evaluation at which the mean of it and the
@@ -81,7 +81,7 @@ class Run:
 def _simulate(config: Config, target: float | None, evaluations: int) -> dict:
     """In a pool process: simulate one run (dataset loaded once per process)."""
     from ..io.log import RunLog
-    from ..runtime.simulate import simulate
+    from ..runtime.job.simulate import simulate
 
     began = time.perf_counter()
     data = _dataset(config.dataset, config.data_dir, config.test_fraction, config.synthetic_samples,
@@ -138,7 +138,7 @@ class Search:
     runs: list[tuple[Candidate, int, Config]] = field(init=False)   # seeds outermost
 
     def __post_init__(self):
-        from ..runtime.simulate import simulated_config
+        from ..runtime.job.simulate import simulated_config
 
         self.runs = []
         for seed in self.seeds:
@@ -478,7 +478,7 @@ def _probe(config: Config, comm, args, out: str) -> str | None:
     plan to end, and get None."""
     import sys
 
-    from ..runtime.job import SetupError, TrainingFailed
+    from ..runtime.job.train import SetupError, TrainingFailed
     from . import profile as cluster
     from .probe import run_probe
 

@@ -67,7 +67,7 @@ def probe_settings(config: Config, seconds: float, out: str) -> list[Config]:
 def run_probe(config: Config, comm, *, seconds: float, out: str) -> ClusterProfile | None:
     """Run the probe over `comm` (every rank); the fitted profile on rank 0, None elsewhere."""
     from ..io.log import RunLog
-    from ..runtime.job import train
+    from ..runtime.job.train import train
 
     run_dirs = []
     for c in probe_settings(config, seconds, out):

@@ -11,7 +11,7 @@ mpips.io.log.DiskFull); the newest KEEP are kept. It holds:
   dataset, parameter count, layout, ...);
 - `rank-<r>/state` (JSON) and `rank-<r>/<i>` (arrays): rank r's state, as
   `encode` writes any nest of dicts, lists, scalars, numpy arrays and torch
-  tensors (mpips/runtime/checkpointer.py says what each role puts there);
+  tensors (mpips/runtime/recovery/checkpointer.py says what each role puts there);
 - attribute `sha256` over all of it, verified on load.
 
 A job whose run directory holds checkpoints of an unfinished run resumes

@@ -576,7 +576,7 @@ class RunLog:
         total = int(self.layout.get("total_samples") or 0)
         promised, rows, samples = None, {}, None
         if total:
-            # a global budget (mpips/runtime/budget.py): the workers' iterations vary,
+            # a global budget (mpips/runtime/roles/budget.py): the workers' iterations vary,
             # their samples add up to the budget (unless a time limit cut it)
             samples = int(it["batch"].sum())
             if samples < total and not self.config.get("time_limit"):

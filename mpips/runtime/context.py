@@ -11,11 +11,11 @@ import numpy as np
 from ..config import Config
 from ..io.log import RankLog
 from ..paradigms import Paradigm
-from .checkpointer import Checkpoints
 from .layout import Layout
+from .recovery.checkpointer import Checkpoints
 from .state import S, W
-from .transport import ControlTable, ParameterStore
-from .wait import Clock
+from .transport.protocols import ControlTable, ParameterStore
+from .transport.wait import Clock
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 The parameter store's gradient slots and how a server sums them, and the
 control table's columns, offsets and read-only views: the same for the MPI
-windows (mpips/runtime/mpi_transport.py) and the simulator's in-process arrays
-(mpips/runtime/local_transport.py), which differ only in how bytes move.
+windows (mpips/runtime/transport/mpi.py) and the simulator's in-process arrays
+(mpips/runtime/transport/local.py), which differ only in how bytes move.
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class W(IntEnum):
     EXTRA1 = 10
     EXTRA2 = 11
     EXTRA3 = 12
-    HALTED = 13      # the last checkpoint request this worker stopped for (mpips/runtime/checkpointer.py)
+    HALTED = 13      # the last checkpoint request this worker stopped for (mpips/runtime/recovery/checkpointer.py)
 
 
 _HALTED = int(W.HALTED)
@@ -116,7 +116,7 @@ class S(IntEnum):
     NORM_EMA = 3     # EMA of one update's norm
     DONE = 4
     BEGUN = 5        # steps begun: > STEPS while a step writes the parameters (VSGD exact)
-    HALTED = 6       # the last checkpoint request this server stopped for (mpips/runtime/checkpointer.py)
+    HALTED = 6       # the last checkpoint request this server stopped for (mpips/runtime/recovery/checkpointer.py)
 
 
 class G(IntEnum):
@@ -126,11 +126,11 @@ class G(IntEnum):
     MODE_CLOCK = SLOT_MODE_CLOCK  # clock at which MODE takes effect (-1: being decided)
     EXTRA0 = 2
     EXTRA1 = 3
-    # Coordinated checkpoints (mpips/runtime/checkpointer.py), written by server 0:
+    # Coordinated checkpoints (mpips/runtime/recovery/checkpointer.py), written by server 0:
     CHECKPOINT = 4       # number of the latest checkpoint requested (0: none yet)
     CHECKPOINT_GO = 5    # n: every rank stopped for checkpoint n, save it; -n: cancelled
     CHECKPOINT_EXIT = 6  # n: the job ends after checkpoint n (preemption)
-    CLAIMED = 7          # samples of the global budget claimed so far (mpips/runtime/budget.py)
+    CLAIMED = 7          # samples of the global budget claimed so far (mpips/runtime/roles/budget.py)
 
 
 _NG, _NW, _NS = 8, len(W), len(S)

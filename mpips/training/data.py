@@ -561,7 +561,7 @@ class GlobalStream:
     """The training set as one stream of samples under a global budget:
     position k is sample perm_e[k mod N] of epoch e = k div N, perm_e a
     permutation seeded by (seed, e). Workers claim consecutive slices of the
-    stream (mpips/runtime/budget.py), so each sample is used once per epoch whoever
+    stream (mpips/runtime/roles/budget.py), so each sample is used once per epoch whoever
     claims it, and any slice is a pure function of its position."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, seed: int):

@@ -5,17 +5,17 @@ from typing import Callable
 
 import numpy as np
 
-from ..io.log import write_run_end
-from ..training.data import GlobalStream, WorkerShard
-from ..training.flatmodel import FlatModel
-from ..training.optim import Sum, outer_rule, server_rule
+from ...io.log import write_run_end
+from ...training.data import GlobalStream, WorkerShard
+from ...training.flatmodel import FlatModel
+from ...training.optim import Sum, outer_rule, server_rule
+from ..context import Context
+from ..layout import SERVER, WORKER
+from ..state import G
 from .budget import ShardBudget, SharedBudget
-from .context import Context
 from .evaluator import Evaluator
-from .layout import SERVER, WORKER
 from .local_worker import LocalWorker
 from .server import Server
-from .state import G
 from .worker import FaultyWorker, Worker
 
 

@@ -9,7 +9,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .state import TableView
+from ..state import TableView
 from .wait import Clock
 
 

@@ -17,8 +17,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .state import SlotRows, TableLayout, shard_bounds, sum_slots
-from .transport import LevelSpec
+from ..state import SlotRows, TableLayout, shard_bounds, sum_slots
+from .protocols import LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
 
 _UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)

@@ -53,10 +53,10 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ..io.checkpoint import Resume, clear_checkpoints, decode, encode, write_checkpoint
-from ..io.log import DiskFull, write_run_end
+from ...io.checkpoint import Resume, clear_checkpoints, decode, encode, write_checkpoint
+from ...io.log import DiskFull, write_run_end
+from ..state import G, S, W
 from . import preemption
-from .state import G, S, W
 
 PREEMPTED_EXIT = preemption.PREEMPTED_EXIT
 
@@ -74,7 +74,7 @@ class Preempted(Exception):
 class DiskFullAtCheckpoint(Exception):
     """Raised on every rank when the checkpoint's file found the disk full;
     `str()` is DiskFull's line. (A rank's own log that does ends the job
-    from that rank: mpips/runtime/job.py.)"""
+    from that rank: mpips/runtime/job/train.py.)"""
 
 
 class Checkpoints(Protocol):

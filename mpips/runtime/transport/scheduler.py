@@ -23,7 +23,7 @@ Nothing depends on the wall clock or on thread timing, so a run is
 bit-reproducible, and a wait that can never end is found at once: no task
 can run, none sleeps, and the stall names what each waiting task waits for.
 
-Why greenlets: the roles are ordinary blocking code (mpips/runtime/worker.py polls
+Why greenlets: the roles are ordinary blocking code (mpips/runtime/roles/worker.py polls
 its gate in a loop, deep in calls), so a scheduler must suspend a task in
 the middle of a call stack. Generators (or SimPy, built on them) would make
 every function on that path a generator and the roles different from the MPI
@@ -76,7 +76,7 @@ class Task:
 
 
 class Scheduler:
-    """Run tasks in virtual time; the roles' `Clock` of it (mpips/runtime/wait.py)."""
+    """Run tasks in virtual time; the roles' `Clock` of it (mpips/runtime/transport/wait.py)."""
 
     def __init__(self):
         self.now = 0.0
