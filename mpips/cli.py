@@ -183,6 +183,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     from .runtime.job.train import SetupError, TrainingFailed, train
     from .runtime.recovery.checkpointer import Preempted
 
+    assert config is not None   # (no rank failed to load it)
     try:
         train(config, comm)
     except SetupTimeout as e:   # a rank that never arrived cannot take part in an orderly exit
@@ -222,11 +223,12 @@ def cmd_simulate(args) -> int:
     except SimulationStopped as e:
         return _stopped(e)
     except TaskFailed as e:
-        if isinstance(e.__cause__, SimulationStopped):
-            return _stopped(e.__cause__)
-        if isinstance(e.__cause__, ConfigError):   # found bad in the run: a paradigm hook's answer
-            return _fail(str(e.__cause__))
-        return _fail(f"the simulated job failed: {e}{raised_in_plugin(e.__cause__)}", 1)
+        cause = e.__cause__
+        if isinstance(cause, SimulationStopped):
+            return _stopped(cause)
+        if isinstance(cause, ConfigError):   # found bad in the run: a paradigm hook's answer
+            return _fail(str(cause))
+        return _fail(f"the simulated job failed: {e}{raised_in_plugin(cause) if cause else ''}", 1)
     except StallError as e:
         return _fail(f"the simulated job failed: {e}", 1)
     finally:

@@ -59,7 +59,7 @@ from .summarize import (  # noqa: E402
 
 DPI = 110
 # One colour per paradigm, the same in every figure.
-PARADIGM_COLOURS = dict(zip(list(PARADIGMS)[:10], plt.get_cmap("tab10").colors))
+PARADIGM_COLOURS = dict(zip(list(PARADIGMS)[:10], plt.colormaps["tab10"].colors))  # type: ignore[attr-defined]  # a ListedColormap
 # Timeline segments in the order an iteration runs them.
 SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
             ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated device time (sleep)"),
@@ -704,7 +704,7 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
     for log in logs:   # drawn from what could be read, as summarize's rows
         if log.problems:
             print(f"plot: damaged run log {log.name}: {'; '.join(log.problems)}", file=sys.stderr)
-    written = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
+    written: list[str | None] = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
                staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
     if target is not None:
         written.append(time_to_target_figure(logs, os.path.join(out_dir, "time_to_target.png"), target))

@@ -247,7 +247,7 @@ class Resume:
 
 # What a resuming job reads of the meta (the Checkpointer, the segment event), and
 # what each must be: a file without one ended in a KeyError or TypeError.
-_META = {"number": (int, "an integer"), "segment": (int, "an integer"), "step": (int, "an integer"),
+_META: dict[str, tuple[type | tuple[type, ...], str]] = {"number": (int, "an integer"), "segment": (int, "an integer"), "step": (int, "an integer"),
          "time": ((int, float), "a number"), "identity": (dict, "a JSON object"),
          "clocks": (list, "a list of integers"), "server_steps": (list, "a list of integers")}
 
@@ -256,7 +256,7 @@ def _check_meta(path: str, meta: dict) -> None:
     for key, (kind, what) in _META.items():
         value = meta.get(key)
         if (not isinstance(value, kind) or isinstance(value, bool)
-                or (kind is list and not all(type(v) is int for v in value))):
+                or (isinstance(value, list) and not all(type(v) is int for v in value))):
             raise CheckpointError(path, f"its meta has {key}={reprlib.repr(value)}, not {what}")
 
 

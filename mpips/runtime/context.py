@@ -104,7 +104,8 @@ class Context:
         level, snap = self.level, self.table.read()
         rows = self.table.worker_rows(snap)
         applied = self.table.server_rows(snap)[:, len(S):]
-        parts, lagging = [], {}
+        parts: list[str] = []
+        lagging: dict[int, list[str]] = {}
         for j in workers:
             clock = int(rows[j, W.CLOCK])
             behind = [s for s in range(len(applied)) if applied[s, j] < clock]

@@ -7,8 +7,8 @@ windows (mpips/runtime/transport/mpi.py) and the simulator's in-process arrays
 """
 from __future__ import annotations
 
-import functools
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -37,12 +37,13 @@ class SlotRows:
             raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
 
 
-def sum_slots(out: np.ndarray, slots: np.ndarray, heads: np.ndarray, slot_of: dict,
+def sum_slots(out: np.ndarray, slots: Any, heads: Any, slot_of: dict,
               clocks, consumed, *, sparse: bool) -> int:
     """Sum into `out` the pushes counted in `clocks` and not in `consumed`
     (per row of the control table), in the order of their keys, then rows;
     returns how many. `slots`, `heads`: one server's gradient slots and
-    their (push number, order key); `slot_of`: row -> slot. A slot holds
+    their (push number, order key), by slot (arrays under MPI, lists in
+    the simulator); `slot_of`: row -> slot. A slot holds
     its row's latest push, numbered with the clock that counts it (a GSSP
     group server's clock counts the worker pushes a delta carries): a
     counted push whose slot does not hold its number was never written
@@ -146,6 +147,10 @@ class TableLayout:
         self.servers = servers
         self.size = _NG + workers * _NW + servers * (_NS + workers)
         self.latest = np.zeros(self.size)   # the table as of the last `read()` (no copy, no communication)
+
+    def read(self) -> np.ndarray:
+        """The whole table, as of now (the transport's)."""
+        raise NotImplementedError
 
     def worker_offset(self, worker: int, col: int = 0) -> int:
         return _NG + worker * _NW + col
@@ -354,9 +359,15 @@ class TableView(ClusterView):
         return cells
 
 
-@functools.cache
-def _cluster_fields(view_class) -> list:
+_CLUSTER_FIELDS: dict[type, list] = {}
+
+
+def _cluster_fields(view_class: type) -> list:
     """(name, cells) of a view class's fields that read more than workers' rows
-    (a field a subclass redefines, once: its own)."""
-    fields = {f.name: f for k in reversed(view_class.__mro__) for f in vars(k).values() if isinstance(f, _Field)}
-    return [(name, f.cells) for name, f in fields.items() if f.cells is not PER_WORKER]
+    (a field a subclass redefines, once: its own); computed once a class."""
+    found = _CLUSTER_FIELDS.get(view_class)
+    if found is None:
+        fields = {f.name: f for k in reversed(view_class.__mro__) for f in vars(k).values() if isinstance(f, _Field)}
+        found = _CLUSTER_FIELDS[view_class] = [(name, f.cells) for name, f in fields.items()
+                                               if f.cells is not PER_WORKER]
+    return found

@@ -211,7 +211,7 @@ def _cache(path: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), 0o644)
-            np.savez(fh, **arrays)
+            np.savez(fh, **arrays)  # type: ignore[arg-type]  # numpy's stubs take the first keyword for allow_pickle
         os.replace(tmp, path)
     except OSError as e:
         if tmp and os.path.exists(tmp):

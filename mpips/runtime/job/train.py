@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +55,7 @@ def _same_job_everywhere(comm: MPITransport, config: Config, data, model) -> Non
     data that depend on the rank) sizes its one-sided offsets from its own
     count, so its pushes land in other workers' slots, and the run trains
     garbage and reports success. SetupError on every rank, naming the ranks."""
-    mine = {"settings": config.to_dict(),
+    mine: dict[str, Any] = {"settings": config.to_dict(),
             "model": [tuple(p.shape) for p in model.parameters()],
             "data": [tuple(data.x_train.shape), tuple(data.x_test.shape), data.num_classes]}
     everyone = comm.allgather(mine, what="set-up (comparing the ranks' jobs)")

@@ -286,7 +286,7 @@ class Checkpointer:
         # every rank is here: quick. With each state, what the meta says of the cut.
         mark = (role_state.get("clock"), role_state.get("steps"))
         gathered = self.comm.gather((encode(state), mark), root=0)
-        result = None
+        result: tuple[str | None, str | None, bool, int] | None = None
         if self.rank == 0:
             meta = self._meta(ctx, n, [m for _, m in gathered])
             gathered = [g for g, _ in gathered]

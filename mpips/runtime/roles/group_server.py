@@ -180,7 +180,7 @@ class GroupServer(Server):
         up.wait_for_slot(self.g, self.forwarded)
         snap = up.table.read()
         rank = self._update_speed_rank(up.table.worker_rows(snap)[:, EPOCH_TIME])
-        epochs = self.pushes // ctx.level.epoch_pushes
+        epochs = int(self.pushes // ctx.level.epoch_pushes)
         flush = final or epochs > self.flushed_epochs
         self.flushed_epochs = epochs
         compressor = self.delta.compressor

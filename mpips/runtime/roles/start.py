@@ -75,7 +75,8 @@ def worker_budget(ctx: Context, data):
         return SharedBudget(GlobalStream(data.x_train, data.y_train, cfg.seed), ctx.plan.total_samples,
                             lambda n: table.add(G.CLAIMED, n), time_limit=cfg.time_limit, now=ctx.now)
     shard = WorkerShard(data.x_train, data.y_train, ctx.index, ctx.layout.workers, cfg.seed)
-    return ShardBudget(shard, ctx.plan.iterations, ctx.plan.iterations_per_epoch)
+    # (a per-worker budget's iterations per epoch are whole: the paradigm's count)
+    return ShardBudget(shard, ctx.plan.iterations, int(ctx.plan.iterations_per_epoch))
 
 
 def _finish(ctx: Context, evaluator: Evaluator | None) -> None:

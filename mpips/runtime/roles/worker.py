@@ -27,7 +27,9 @@ class Worker:
         self.loss_fn = ctx.plan.loss_fn or torch.nn.CrossEntropyLoss()
         self.dense_bytes = flat.n * 4
         self.compressor = make_compressor(cfg, stream=self.i)
-        self._read = self._now = None  # parameters as pulled / as now (exact distance)
+        # parameters as pulled / as now (exact distance)
+        self._read: np.ndarray | None = None
+        self._now: np.ndarray | None = None
         # what this worker has published in its control row
         self.clock = 0
         self.done = False
@@ -243,6 +245,7 @@ class Worker:
         """||w_now - w_read||: one extra pull, for paradigms that ask for it."""
         if self._now is None:
             self._now = np.empty_like(self.flat.host_params)
+        assert self._read is not None   # (kept at every pull when wants_exact_distance)
         self.ctx.store.pull(self._now)
         self._now -= self._read
         return float(np.linalg.norm(self._now))

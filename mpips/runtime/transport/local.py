@@ -164,6 +164,7 @@ class LocalParameterStore(SlotRows):
         if not self.count:
             return 0
         s = self.shard_index
+        assert s is not None   # (a shard's count is 0 on a client)
         taken = sum_slots(out, self._shared.slots[s], self._shared.heads[s], self._slot_of,
                           clocks, consumed, sparse=self.sparse)
         self._scheduler.sleep(self._link.apply_seconds(4 * self.count * taken, taken))
