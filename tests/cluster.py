@@ -14,7 +14,6 @@ jobs, daemons, namespaces and links; `status` lists them.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 

@@ -64,7 +64,8 @@ def test_a_crashed_runs_leftovers_are_removed_and_nothing_else(cluster):
         fresh.remove()
         assert not any(netns.leftovers(ours).values()), netns.leftovers(ours)
         assert {n.name for n in cluster.network.nodes} <= netns.namespaces(ours)   # alive: untouched
-        assert len(netns.leftovers(theirs)["namespaces"]) == 2                      # not our prefix
+        assert other in netns.leftovers(theirs)["clusters"]                          # not our prefix
+        assert len(netns.leftovers(theirs)["namespaces"]) == 2
     finally:
         netns.remove_leftovers(theirs)
         netns.remove_leftovers(ours)
