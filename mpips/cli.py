@@ -270,6 +270,7 @@ def cmd_ranks(args) -> int:
 
 
 def cmd_info(args) -> int:
+    from .analysis.placement import node_line
     from .io.log import LogError, RunLog
 
     try:
@@ -284,13 +285,16 @@ def cmd_info(args) -> int:
     code = 1 if log.problems else 0
     if args.json:
         whole = log.completeness()
-        print(json.dumps({**s, **{k: v for k, v in whole.items() if k not in ("complete", "reason")}}))
+        print(json.dumps({**s, **{k: v for k, v in whole.items() if k not in ("complete", "reason")},
+                          "placement": log.placement}))
         return code
     width = max(len(k) for k in s)
     for k, v in s.items():
         if isinstance(v, float):
             v = f"{v:.4g}"
         print(f"{k:<{width}}  {v}")
+    for i, (host, ranks) in enumerate(log.by_node().items()):   # the layout by node
+        print(f"{'placement' if i == 0 else '':<{width}}  {host}: {node_line(ranks)}")
     if log.problems:
         print(f"mpips: warning: {args.run_dir}: damaged run log: {'; '.join(log.problems)}",
               file=sys.stderr, flush=True)

@@ -636,6 +636,21 @@ class RunLog:
     def final_params(self) -> np.ndarray | None:
         return self._final
 
+    @property
+    def placement(self) -> list[dict] | None:
+        """Each rank's host and role (rank, host, role, index), in rank order,
+        of the run's latest segment; None where unknown (a simulated run, an
+        older log)."""
+        return self.layout.get("placement")
+
+    def by_node(self) -> dict[str, list[dict]]:
+        """The placement grouped by host, hosts in the order of their first
+        rank ({} where unknown)."""
+        nodes: dict[str, list[dict]] = {}
+        for rank in self.placement or ():
+            nodes.setdefault(rank["host"], []).append(rank)
+        return nodes
+
     # pandas ------------------------------------------------------------------
     # The same tables as pandas DataFrames, one row per logged row, columns as
     # in docs/log-schema.md (pandas is imported on first use: ranks that only
@@ -708,6 +723,7 @@ class RunLog:
             "reason": whole["reason"],
             "servers": self.layout["servers"],
             "workers": self.layout["workers"],
+            "nodes": len(self.by_node()) or None,
             "epochs": self.config["epochs"],
             "final_accuracy": float(ev["accuracy"][-1]) if len(ev) else None,
             "best_accuracy": float(ev["accuracy"].max()) if len(ev) else None,

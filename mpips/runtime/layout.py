@@ -56,6 +56,11 @@ class Layout:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def placement(self, hosts: list[str]) -> list[dict]:
+        """Each rank's host and role, in rank order (run.h5's layout keeps it)."""
+        return [dict(zip(("rank", "host", "role", "index"), (rank, host, *self.role(rank))))
+                for rank, host in enumerate(hosts)]
+
 
 def ranks_for(config) -> int:
     """The world size a job of `config` needs (its `workers` given), checked by make_layout."""

@@ -135,7 +135,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
                       segment=segment, writers=size, run_id=run_id)
         if rank == 0:
             announce(plan, segment, versions(transport.library()), workload(config, data, user_model, model),
-                     run_id=run_id)
+                     run_id=run_id, placement=layout.placement(transport.hosts))
         try:
             counts = run(transport, plan, {rank: log}, {rank: checkpointer}, {rank: flat}, data)
         except (Preempted, DiskFullAtCheckpoint) as e:

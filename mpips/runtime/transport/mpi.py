@@ -323,6 +323,8 @@ class MPITransport:
         self._made: list = []        # windows and communicators, freed by close()
         # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
         self._failures = self.blocking("set-up (a window's allocation)", lambda: ControlWindow(self.comm, 0, 0, 0))
+        #: every rank's host (MPI's processor name), in rank order
+        self.hosts: list[str] = self.allgather(MPI.Get_processor_name(), what="set-up (every rank's host)")
 
     def blocking(self, what: str, call):
         """call(), one of MPI's blocking collectives. Past the stall timeout
