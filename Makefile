@@ -91,7 +91,7 @@ test-slurm: install
 # Several nodes: a Slurm cluster of 3 network namespaces on a bridge, made by the
 # set-up and removed at the end (tests/nodes/conftest.py, docs/multinode.md), then a
 # check that nothing of it is left (namespaces, links, daemons).
-test-nodes: install
+test-nodes: install $(VENV_MPICH)/.installed
 	$(injected)
 	$(PYTEST) $(PYTEST_ARGS) -p no:pytest_mpi --durations=10 tests/nodes; first=$$?; \
 	$(PYTEST) -p no:pytest_mpi tests/after && exit $$first
