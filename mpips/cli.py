@@ -155,7 +155,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     preemption.remember(*preemption.STOPS)
     from mpi4py import MPI
 
-    from .runtime.transport.mpi import allgather_within
+    from .runtime.transport.mpi import allgather_within, progress_interval
     from .runtime.transport.wait import SetupTimeout
 
     comm = MPI.COMM_WORLD if comm is None else comm
@@ -163,6 +163,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     if error is None:
         try:
             config = load(getattr(args, "config", None), {k: v for k, v in vars(args).items() if k not in _OWN})
+            progress_interval()   # MPIPS_PROGRESS_INTERVAL, checked with the settings
         except ConfigError as e:
             error = str(e)
     # A plugin or a file that only some ranks fail to read: every rank hears of it,

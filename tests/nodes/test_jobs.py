@@ -195,3 +195,40 @@ def test_mps_starts_on_every_node(cluster, tmp_path):
     ranks = re.findall(r"^rank on (\S+) (\S+)$", out, re.M)
     assert len(ranks) == 6 and all(started[host] == pipe for host, pipe in ranks), out
     assert "MPS started on 3 nodes" in out and "MPS stopped" in out, out
+
+
+PROGRESS = """\
+import threading
+from mpips.runtime.transport.mpi import MPITransport
+from mpips.runtime.transport.protocols import LevelSpec
+t = MPITransport(None, warn=10, timeout=60)
+members = tuple(range(t.size))
+t.level([LevelSpec(members, (0, 1), t.size - 2, tuple(range(t.size - 2)))], n=10, sparse=False)
+names = [th.name for th in threading.enumerate()]
+print(f"rank {t.rank} on {t.hosts[t.rank]} progress {names.count('mpips-progress')}", flush=True)
+t.close()
+print(f"rank {t.rank} closed, progress {[th.name for th in threading.enumerate()].count('mpips-progress')}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("where", ["nodes", "one node", "turned off"])
+def test_servers_keep_mpi_progressing_across_nodes(cluster, tmp_path, where):
+    """A job across nodes gives each server (the ranks others reach
+    one-sidedly) a progress thread (transport.mpi.ProgressThread), ended
+    before its windows go; workers get none, nor does a job on one node
+    (osc/sm needs none) or one told MPIPS_PROGRESS_INTERVAL=0."""
+    net = cluster.network
+    hosts = (",".join(f"{n.name}:2" for n in net.nodes[:2]) if where != "one node" else f"{net.nodes[0].name}:4")
+    script = tmp_path / "progress.py"
+    script.write_text(PROGRESS)
+    env = {**os.environ, **MPI_ENV, "OMPI_MCA_btl": "self,sm,tcp",
+           **({"MPIPS_PROGRESS_INTERVAL": "0"} if where == "turned off" else {})}
+    r = subprocess.run([MPIEXEC, "--prtemca", "plm_ssh_agent", str(net.agent), "--host", hosts, "--map-by", "node",
+                        "-n", "4", sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       cwd=REPO, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    threads = {int(rank): int(n) for rank, n in re.findall(r"^rank (\d) on \S+ progress (\d)$", r.stdout, re.M)}
+    expected = {0: 1, 1: 1, 2: 0, 3: 0} if where == "nodes" else {r: 0 for r in range(4)}
+    assert threads == expected, r.stdout
+    assert len(set(re.findall(r"^rank \d on (\S+)", r.stdout, re.M))) == (1 if where == "one node" else 2)
+    assert sorted(re.findall(r"^rank (\d) closed, progress 0$", r.stdout, re.M)) == ["0", "1", "2", "3"], r.stdout

@@ -10,6 +10,7 @@ is laid out and summed is state.py.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ from typing import Any, cast
 import numpy as np
 from mpi4py import MPI
 
+from ...config import ConfigError
 from ..state import SlotRows, TableLayout, shard_bounds, sum_slots
 from .protocols import LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
@@ -301,6 +303,56 @@ class ControlWindow(TableLayout):
         self._win.Free()
 
 
+# Seconds between the calls of a ProgressThread: a one-sided operation aimed
+# at its rank waits about this long for it, and the thread costs its rank a
+# few percent of a core (it sleeps in between). MPIPS_PROGRESS_INTERVAL
+# changes it, 0 turns the threads off (an MPI whose one-sided operations
+# progress by themselves, RDMA hardware).
+PROGRESS_INTERVAL = 100e-6
+
+
+def progress_interval() -> float:
+    """PROGRESS_INTERVAL, or MPIPS_PROGRESS_INTERVAL's seconds (0: no thread)."""
+    text = os.environ.get("MPIPS_PROGRESS_INTERVAL")
+    if text is None:
+        return PROGRESS_INTERVAL
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise ConfigError("MPIPS_PROGRESS_INTERVAL", text, "seconds between progress calls, >= 0 and < 1 (0: none)")
+    return value
+
+
+class ProgressThread:
+    """Keeps MPI progressing on a rank that others reach one-sidedly (a
+    server: its windows), whatever the rank itself is doing (applying,
+    logging, sleeping in a wait). Across nodes without RDMA hardware a Get,
+    Put or Accumulate aimed at a rank completes only when that rank calls
+    MPI (Open MPI: osc/rdma over the TCP btl; MPICH: its atomics), and a
+    server that sleeps a millisecond between polls held every worker's
+    operations that long, many times an iteration (docs/multinode.md). The
+    thread calls `Iprobe` on a communicator of its own every
+    PROGRESS_INTERVAL seconds and sleeps in between: no spinning, ranks may
+    share cores. Needs MPI_THREAD_MULTIPLE (mpi4py's default)."""
+
+    def __init__(self, comm: MPI.Intracomm, interval: float = PROGRESS_INTERVAL):
+        self._comm, self._interval = comm, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpips-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._comm.Iprobe()
+            time.sleep(self._interval)
+
+    def free(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 class MPITransport:
     """transport.Transport and transport.Collectives of this rank of `comm`
     (COMM_WORLD by default); a wait of a collective warns after `warn`
@@ -325,6 +377,12 @@ class MPITransport:
         self._failures = self.blocking("set-up (a window's allocation)", lambda: ControlWindow(self.comm, 0, 0, 0))
         #: every rank's host (MPI's processor name), in rank order
         self.hosts: list[str] = self.allgather(MPI.Get_processor_name(), what="set-up (every rank's host)")
+        # a job across nodes: a communicator for the servers' progress threads (ProgressThread)
+        self._progress_interval = progress_interval()
+        self._progress_comm = (self.blocking("set-up (a communicator's duplication)", self.comm.Dup)
+                               if len(set(self.hosts)) > 1 and self._progress_interval > 0
+                               and MPI.Query_thread() == MPI.THREAD_MULTIPLE else None)
+        self._progress: ProgressThread | None = None
 
     def blocking(self, what: str, call):
         """call(), one of MPI's blocking collectives. Past the stall timeout
@@ -395,6 +453,8 @@ class MPITransport:
                                  world_server_ranks=spec.servers)
         table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers))
         self._made += [store, table]
+        if rank in spec.servers and self._progress_comm is not None and self._progress is None:
+            self._progress = ProgressThread(self._progress_comm, self._progress_interval)
         return {rank: (store, table)}
 
     def each(self, work: dict) -> np.ndarray:
@@ -423,8 +483,14 @@ class MPITransport:
 
     def close(self) -> None:
         """Free the levels' windows and communicators, the last made first."""
+        if self._progress is not None:   # before its windows go
+            self._progress.free()
+            self._progress = None
+
+        made = ([self._progress_comm] if self._progress_comm is not None else []) + [self._failures] + self._made
+
         def free():
-            for made in reversed(self._made + [self._failures]):
-                made.free() if hasattr(made, "free") else made.Free()
+            for one in reversed(made):
+                one.free() if hasattr(one, "free") else one.Free()
         self.blocking("freeing the windows", free)
-        self._made = []
+        self._made, self._progress_comm = [], None
