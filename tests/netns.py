@@ -8,9 +8,13 @@
 A node is a network namespace named after it (a loopback and an `eth0`
 whose peer, `port`, is on the cluster's bridge), an address on the
 cluster's subnet, and a keeper process that holds the node's host name (a
-UTS namespace) and its mounts (a mount namespace: /etc/netns/NODE/hosts
-over /etc/hosts, naming every node; a /dev/shm of its own): `enter` joins
-the keeper's namespaces, so whatever runs on a node sees one host. Not
+UTS namespace), its mounts (a mount namespace: /etc/netns/NODE/hosts over
+/etc/hosts, naming every node; a /dev/shm of its own) and its System V
+shared memory (an IPC namespace): `enter` joins the keeper's namespaces,
+so whatever runs on a node sees one host. Without the last two, MPICH's
+UCX took the nodes for one host and moved their data through shared
+memory (its log: `intra-node ... rma(sysv/memory posix/memory)`), so a
+job "across nodes" never touched the network. Not
 `ip netns exec`: it mounts a fresh /sys, which hides this machine's
 cgroup v1 mounts that slurmd needs. Every other file is shared, as NFS or
 Lustre is on a cluster. The bridge's address (`gateway`) is this machine
@@ -182,7 +186,7 @@ class Network:
 while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
 node="$1"; shift
 keeper="$(cat "{self.root}/$node.keeper" 2>/dev/null)" || {{ echo "on-node: no node $node in cluster {self.name}" >&2; exit 255; }}
-exec nsenter -t "$keeper" --net --uts --mount --wd="$PWD" sh -c "$*"
+exec nsenter -t "$keeper" --net --uts --mount --ipc --wd="$PWD" sh -c "$*"
 """)
         self.agent.chmod(0o755)
 
@@ -191,7 +195,7 @@ exec nsenter -t "$keeper" --net --uts --mount --wd="$PWD" sh -c "$*"
         setup = (f"hostname {node.name} && mount --bind {HOSTS_DIR / node.name / 'hosts'} /etc/hosts"
                  f" && mount -t tmpfs -o size=2g tmpfs /dev/shm && echo $$ > {ready}.tmp"
                  f" && mv {ready}.tmp {ready} && exec sleep infinity")
-        subprocess.Popen(["nsenter", f"--net={NETNS_DIR / node.name}", "unshare", "--uts", "--mount",
+        subprocess.Popen(["nsenter", f"--net={NETNS_DIR / node.name}", "unshare", "--uts", "--mount", "--ipc",
                           "sh", "-c", setup], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 10
@@ -218,7 +222,7 @@ exec nsenter -t "$keeper" --net --uts --mount --wd="$PWD" sh -c "$*"
     def enter(self, node: Node, cwd: str | os.PathLike | None = None) -> list[str]:
         """An argv prefix that runs a command on the node, in `cwd` (the
         caller's working directory by default)."""
-        return ["nsenter", "-t", str(self.keeper(node)), "--net", "--uts", "--mount",
+        return ["nsenter", "-t", str(self.keeper(node)), "--net", "--uts", "--mount", "--ipc",
                 f"--wd={cwd or os.getcwd()}"]
 
     def pids(self, node: Node) -> list[int]:
