@@ -28,6 +28,10 @@
 #   MPIPS_MPS          with MPIPS_DEVICE=cuda: 1 starts NVIDIA MPS on every node of
 #                      the job for the run, 0 never; auto (default) when ranks
 #                      share a node's GPUs
+#   MPIPS_LOST_NODE_WAIT  several nodes: after a training failed and a node of the
+#                      job no longer answers, how long to wait for Slurm to requeue
+#                      the job (it does once the node misses SlurmdTimeout) before
+#                      requeueing it here (default 600 s)
 #   MPIPS_NET_IF       several nodes: the network interface (or a subnet,
 #                      10.1.0.0/16) the ranks talk over, for nodes with several
 #                      (default: the MPI's choice)
@@ -375,6 +379,18 @@ mpips_train() {
     began="$(date +%s)"
     mpips_launch "$n" "$MPIPS_PYTHON" -m mpips train "${args[@]}" || rc=$?
     mpips_stop_mps
+    # Open MPI's mpirun exits 0 when it loses a node's daemon (it says so, and
+    # ends the ranks): the run directory says whether the training finished
+    if [ "$rc" = 0 ] && [ -n "${run_dir:-}" ] && [ -f "$run_dir/run.h5" ]; then
+        local status
+        status="$("$MPIPS_PYTHON" -c 'import sys
+from mpips.io.checkpoint import run_attrs
+print(run_attrs(sys.argv[1]).get("status", "incomplete"))' "$run_dir" 2>/dev/null)"
+        if [ "$status" != finished ]; then
+            _mpips_err "the launcher exited 0 but the run is ${status:-unreadable}, not finished: failed"
+            rc=1
+        fi
+    fi
     # SIGTERM or SIGINT to mpirun itself as well (scancel and a time limit signal every
     # process of the job, Ctrl-C the terminal's foreground): it passes the signal on and
     # exits 1, their output cut, killing its ranks about half a second later (outside
@@ -391,5 +407,49 @@ mpips_train() {
             _mpips_log "stopped by SIG$_mpips_stopped without a checkpoint (the launcher, signalled too, ended its ranks first: exit $rc)"
         fi
     fi
+    # a training that failed on several nodes: a node lost is requeued, not failed
+    if [ -z "$_mpips_stopped" ] && [ "$rc" != 0 ] && [ "$rc" != 2 ] && [ "$rc" != 3 ] && [ "$(mpips_nodes)" -gt 1 ]; then
+        mpips_after_lost_nodes "${run_dir:-}"
+    fi
     return "$rc"
+}
+
+# mpips_lost_nodes: the job's nodes where a step no longer starts (30 s each).
+mpips_lost_nodes() {
+    local node lost=()
+    for node in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
+        timeout 30 srun -N 1 -n 1 -w "$node" --overlap --quiet true >/dev/null 2>&1 || lost+=("$node")
+    done
+    echo "${lost[*]}"
+}
+
+# mpips_after_lost_nodes RUN_DIR: after a failed training on several nodes, say
+# which nodes are lost and which ranks ran there (run.h5's placement), and let
+# the job be requeued rather than fail: Slurm requeues a job whose node
+# stops answering (after SlurmdTimeout; --requeue), and the next start
+# resumes from the last checkpoint on whatever nodes it gets. This shell
+# waits for that, MPIPS_LOST_NODE_WAIT seconds at most (default 600), then
+# requeues the job itself (MPIPS_REQUEUE=0: neither; the job fails).
+mpips_after_lost_nodes() {
+    local run_dir="$1" lost waited=0
+    [ -n "${SLURM_JOB_ID:-}" ] || return 0
+    lost="$(mpips_lost_nodes)"
+    [ -n "$lost" ] || return 0
+    _mpips_err "node(s) lost (no step starts there): $lost"
+    if [ -n "$run_dir" ] && [ -f "$run_dir/run.h5" ]; then
+        # shellcheck disable=SC2086
+        "$MPIPS_PYTHON" -c 'import sys
+from mpips.analysis.placement import node_line
+from mpips.io.log import RunLog
+nodes = RunLog(sys.argv[1]).by_node()
+for node in sys.argv[2:]:
+    print(f"[mpips job] ranks on {node}: {node_line(nodes.get(node, [])) or None}")' "$run_dir" $lost >&2
+    fi
+    [ "${MPIPS_REQUEUE:-1}" = 1 ] || return 0
+    _mpips_log "waiting for Slurm to requeue the job (a lost node fails it), at most ${MPIPS_LOST_NODE_WAIT:-600} s"
+    while [ "$waited" -lt "${MPIPS_LOST_NODE_WAIT:-600}" ]; do
+        sleep 5; waited=$((waited + 5))
+    done
+    _mpips_log "requeueing job $SLURM_JOB_ID to resume from its last checkpoint"
+    scontrol requeue "$SLURM_JOB_ID"
 }

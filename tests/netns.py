@@ -168,7 +168,7 @@ class Network:
             _ip("-n", n.name, "link", "set", "lo", "up")
             (HOSTS_DIR / n.name).mkdir(parents=True, exist_ok=True)
             (HOSTS_DIR / n.name / "hosts").write_text(hosts)
-            self._start_keeper(n)
+            self.boot(n)
         self._write_agent()
 
     @property
@@ -190,8 +190,11 @@ exec nsenter -t "$keeper" --net --uts --mount --ipc --wd="$PWD" sh -c "$*"
 """)
         self.agent.chmod(0o755)
 
-    def _start_keeper(self, node: Node) -> None:
+    def boot(self, node: Node) -> None:
+        """Start the node's keeper (its host name and mounts): at creation, and
+        again after `kill` (the node reboots; its namespace and link stay)."""
         ready = self.root / f"{node.name}.keeper"
+        ready.unlink(missing_ok=True)
         setup = (f"hostname {node.name} && mount --bind {HOSTS_DIR / node.name / 'hosts'} /etc/hosts"
                  f" && mount -t tmpfs -o size=2g tmpfs /dev/shm && echo $$ > {ready}.tmp"
                  f" && mv {ready}.tmp {ready} && exec sleep infinity")

@@ -71,6 +71,8 @@ SlurmdLogFile={d}/log/slurmd-%n.log
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 ReturnToService=2
+# a node that stops answering is down after this long (Slurm requeues its jobs)
+SlurmdTimeout={slurmd_timeout}
 SlurmdParameters=config_overrides
 MinJobAge=600
 KillWait=5
@@ -160,13 +162,15 @@ class SlurmCluster:
     the namespaces its nodes are (None: one node, this host)."""
 
     def __init__(self, root: Path, nodes: list[SlurmNode], *, network: Network | None = None,
-                 controller: SlurmNode | None = None, cpus: int = CPUS, die_with_parent: bool = True):
+                 controller: SlurmNode | None = None, cpus: int = CPUS, die_with_parent: bool = True,
+                 slurmd_timeout: int = 300):
         self.root = root.resolve()
         self.nodes = nodes
         self.network = network
         self.controller = controller or SlurmNode(nodes[0].name, nodes[0].address)
         self.cpus = cpus
         self.die_with_parent = die_with_parent
+        self.slurmd_timeout = slurmd_timeout   # seconds (Slurm's default: 300)
         self.conf = self.root / "slurm.conf"
         self.log_dir = self.root / "log"
         self.procs: dict[str, subprocess.Popen] = {}
@@ -200,30 +204,40 @@ class SlurmCluster:
         self.conf.write_text(CONF.format(controller=self.controller.name,
                                          controller_address=self.controller.address,
                                          d=self.root, nodes=nodes, node_list=self.node_list,
+                                         slurmd_timeout=self.slurmd_timeout,
                                          ctld_port=ctld_port, slurmd_port=slurmd_port,
                                          first_job_id=ctld_port * 1000))
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-c", "-f", str(self.conf)])
         for node in self.nodes:
-            slurmd = [_which("slurmd"), "-D", "-f", str(self.conf), "-N", node.name]
-            if self.network is None:
-                self._spawn(f"slurmd-{node.name}", slurmd)
-                continue
-            # the node's own TmpFS (see CONF), on its mount namespace
-            own_tmp = self.root / "tmp" / node.name
-            own_tmp.mkdir(exist_ok=True)
-            self._spawn(f"slurmd-{node.name}", [
-                *self.network.enter(self.network.node(node.name), self.root), "sh", "-c",
-                f'mount --bind {own_tmp} {self.root / "tmp"} && exec "$@"', "slurmd", *slurmd])
+            self.start_slurmd(node)
+        self.wait_idle([n.name for n in self.nodes], timeout)
+
+    def start_slurmd(self, node: SlurmNode) -> None:
+        """The node's slurmd: at start, and again on a node that was lost and
+        booted again (netns.Network.boot)."""
+        slurmd = [_which("slurmd"), "-D", "-f", str(self.conf), "-N", node.name]
+        if self.network is None:
+            self._spawn(f"slurmd-{node.name}", slurmd)
+            return
+        # the node's own TmpFS (see CONF), on its mount namespace
+        own_tmp = self.root / "tmp" / node.name
+        own_tmp.mkdir(exist_ok=True)
+        self._spawn(f"slurmd-{node.name}", [
+            *self.network.enter(self.network.node(node.name), self.root), "sh", "-c",
+            f'mount --bind {own_tmp} {self.root / "tmp"} && exec "$@"', "slurmd", *slurmd])
+
+    def wait_idle(self, nodes: list[str], timeout: float = 30.0) -> None:
+        """Until sinfo says each of `nodes` is idle (RuntimeError after `timeout`)."""
         deadline = time.monotonic() + timeout
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
             for name, p in self.procs.items():
-                if p.poll() is not None:
+                if p.poll() is not None and name.removeprefix("slurmd-") in [*nodes, "slurmctld"]:
                     raise RuntimeError(f"{name} exited with status {p.returncode} at start\n"
                                        + self.logs())
             r = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False)
             states = dict(line.split() for line in r.stdout.splitlines() if len(line.split()) == 2)
-            if all(states.get(n.name) == "idle" for n in self.nodes):
+            if all(states.get(n) == "idle" for n in nodes):
                 return
             time.sleep(0.1)
         raise RuntimeError(f"nodes not idle after {timeout:.0f} s (sinfo says {states})\n" + self.logs())

@@ -209,7 +209,11 @@ class RankLog:
             if isinstance(values[name], (float, np.floating)):
                 raise LogRowError(f"a row of {table}: {name}={values[name]!r}, a float for an integer column")
         self._rows[table].append(tuple(values[k] for k in columns(TABLES[table])))
-        if time.monotonic() - self._last_flush > self.flush_seconds:
+        self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        """Flush if the last flush is `flush_seconds` old and rows wait."""
+        if time.monotonic() - self._last_flush > self.flush_seconds and any(self._rows.values()):
             self.flush()
 
     def event(self, now: float, kind: str, **data: Any) -> None:

@@ -30,7 +30,8 @@ def cluster():
     except NetworkError as e:
         pytest.fail(f"could not make the nodes: {e}", pytrace=False)
     try:
-        slurm = SlurmCluster.on(net)
+        # a node lost is down (its jobs requeued) 20 s after its last answer, not 300
+        slurm = SlurmCluster.on(net, slurmd_timeout=20)
         try:
             slurm.start()
         except RuntimeError as e:

@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 from mpi4py import MPI
@@ -108,6 +108,65 @@ def allgather_within(comm, value, *, what: str, warn: float, timeout: float, nam
     return answer[0]
 
 
+class Unwatched:
+    """The watchdog of windows made outside a job (tests, benchmarks): none."""
+
+    def begin(self, what: str, targets: tuple[int, ...]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+UNWATCHED = Unwatched()
+
+
+class Watchdog(Unwatched):
+    """Ends the job when one of this rank's one-sided operations has not
+    completed within the stall timeout. A Get or a Flush aimed at a node
+    that is gone, or behind a link that is down with every process alive,
+    blocks inside MPI, where no wait of ours can time it out (TCP gives up
+    after many minutes). Each operation is `begin` ... `end` (two stores);
+    a thread looks once a second. Past the timeout it runs `before_abort`
+    (the rank's log flushed: the rank is inside MPI, not writing it), says
+    which operation waited on which ranks and hosts, and calls `abort`."""
+
+    def __init__(self, timeout: float, name: Callable[[int], str], abort: Callable[[], object], *,
+                 me: Callable[[], str]):
+        self.timeout, self._name, self._abort, self._me = timeout, name, abort, me
+        self.before_abort: list = []
+        self._since, self._what = 0.0, ""
+        self._targets: tuple[int, ...] = ()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpips-watchdog", daemon=True)
+        self._thread.start()
+
+    def begin(self, what: str, targets: tuple[int, ...]) -> None:
+        self._what, self._targets = what, targets
+        self._since = time.monotonic()
+
+    def end(self) -> None:
+        self._since = 0.0
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(1.0, self.timeout / 10)):
+            since = self._since
+            if since and time.monotonic() - since > self.timeout:
+                for hook in self.before_abort:
+                    try:
+                        hook()
+                    except Exception:  # noqa: BLE001 - the job ends whatever a hook met
+                        pass
+                print(f"mpips: error: {self._me()}: {self._what} on {', '.join(map(self._name, self._targets))} "
+                      f"did not complete within {self.timeout:g}s (stall_timeout): a node or the network "
+                      f"to it is lost", file=sys.stderr, flush=True)
+                self._abort()
+
+    def free(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 class ParameterWindows(SlotRows):
     """The flat parameter vector, sharded; pull with `Get`, push with `Put`
     into the pusher's own gradient slot.
@@ -133,8 +192,9 @@ class ParameterWindows(SlotRows):
     """
 
     def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
-                 clients=None, sparse: bool = False, world_server_ranks=None):
+                 clients=None, sparse: bool = False, world_server_ranks=None, watchdog: Unwatched = UNWATCHED):
         self.comm = comm
+        self._watch = watchdog
         self.server_ranks = list(server_ranks)
         # for messages: the servers' world ranks (a GSSP group's comm numbers its own)
         self.world_server_ranks = list(world_server_ranks or server_ranks)
@@ -144,6 +204,7 @@ class ParameterWindows(SlotRows):
             clients = comm.Get_size() - len(self.server_ranks)
         super().__init__(range(clients) if isinstance(clients, (int, np.integer)) else clients)
         self.sparse = sparse
+        self._servers = tuple(self.world_server_ranks)
         rank = comm.Get_rank()
         mine = self.server_ranks.index(rank) if rank in self.server_ranks else None
         count = self.bounds[mine][1] - self.bounds[mine][0] if mine is not None else 0
@@ -163,10 +224,12 @@ class ParameterWindows(SlotRows):
     # worker side ------------------------------------------------------------
     def pull(self, out: np.ndarray) -> None:
         """Read every shard into `out` (float32, length n)."""
+        self._watch.begin("a pull of the parameters", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
                 self._param_win.Get([out[lo:hi], MPI.FLOAT], rank, (0, hi - lo, MPI.FLOAT))
         self._param_win.Flush_all()
+        self._watch.end()
 
     # an evaluation's read: a Get like any pull (the simulator's takes no virtual time)
     observe = pull
@@ -177,6 +240,7 @@ class ParameterWindows(SlotRows):
         summed in the order of `key`, then of rows. The slot must be free
         (every server took the row's earlier pushes)."""
         k = self.slot(row)
+        self._watch.begin("a push of a gradient", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
                 self._grad_win.Put([grad[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
@@ -191,6 +255,7 @@ class ParameterWindows(SlotRows):
         if not self.sparse:
             raise RuntimeError("push_sparse into a ParameterWindows made without sparse=True")
         k = self.slot(row)
+        self._watch.begin("a push of a sparse gradient", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
             if b > a:
@@ -209,6 +274,7 @@ class ParameterWindows(SlotRows):
         for rank in self.server_ranks:
             self._head_win.Put([self._head, MPI.INT64_T], rank, (2 * k, 2, MPI.INT64_T))
         self._head_win.Flush_all()
+        self._watch.end()   # (begun by the push)
 
     # server side ------------------------------------------------------------
     def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
@@ -260,10 +326,12 @@ class ControlWindow(TableLayout):
     table with one `Get` (a few hundred bytes).
     """
 
-    def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int):
+    def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int, *,
+                 world_home: int | None = None, watchdog: Unwatched = UNWATCHED):
         super().__init__(workers, servers)
         self.comm = comm
         self.home = home
+        self._watch, self._home = watchdog, (home if world_home is None else world_home,)
         count = self.size if comm.Get_rank() == home else 0
         self._win, _ = _allocate(comm, count, np.float64)
         comm.Barrier()
@@ -272,8 +340,10 @@ class ControlWindow(TableLayout):
 
     def read(self) -> np.ndarray:
         """One consistent-enough copy of the whole table (each slot atomic)."""
+        self._watch.begin("a read of the control table", self._home)
         self._win.Get([self.latest, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
         self._win.Flush(self.home)
+        self._watch.end()
         return self.latest.copy()
 
     def is_home(self) -> bool:
@@ -284,8 +354,10 @@ class ControlWindow(TableLayout):
 
     def write(self, offset: int, values) -> None:
         vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
+        self._watch.begin("a write to the control table", self._home)
         self._win.Accumulate([vals, MPI.DOUBLE], self.home, (offset, len(vals), MPI.DOUBLE), MPI.REPLACE)
         self._win.Flush(self.home)
+        self._watch.end()
 
     def add(self, offset: int, value: float) -> float:
         """Atomic fetch-and-add; returns the value before. For counters that
@@ -294,8 +366,10 @@ class ControlWindow(TableLayout):
         again when it changes (local_transport.LocalControlTable.add)."""
         self._one[0] = value
         result = np.zeros(1)
+        self._watch.begin("a fetch-and-add on the control table", self._home)
         self._win.Fetch_and_op([self._one, MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
         self._win.Flush(self.home)
+        self._watch.end()
         return float(result[0])
 
     def free(self) -> None:
@@ -377,12 +451,21 @@ class MPITransport:
         self._failures = self.blocking("set-up (a window's allocation)", lambda: ControlWindow(self.comm, 0, 0, 0))
         #: every rank's host (MPI's processor name), in rank order
         self.hosts: list[str] = self.allgather(MPI.Get_processor_name(), what="set-up (every rank's host)")
+        #: every rank as messages name it (name_ranks adds its role once the layout is known)
+        self.names = [f"rank {r} on {host}" for r, host in enumerate(self.hosts)]
+        self.watchdog = Watchdog(timeout, lambda r: self.names[r], lambda: self.comm.Abort(1 if self.started else 2),
+                                 me=lambda: self.names[self.rank])
         # a job across nodes: a communicator for the servers' progress threads (ProgressThread)
         self._progress_interval = progress_interval()
         self._progress_comm = (self.blocking("set-up (a communicator's duplication)", self.comm.Dup)
                                if len(set(self.hosts)) > 1 and self._progress_interval > 0
                                and MPI.Query_thread() == MPI.THREAD_MULTIPLE else None)
         self._progress: ProgressThread | None = None
+
+    def name_ranks(self, placement: list[dict]) -> None:
+        """Messages name a rank with its role and host: 'rank 3 (worker 2) on node2'."""
+        self.names = [f"rank {p['rank']} ({p['role'].replace('_', ' ')} {p['index']}) on {p['host']}"
+                      for p in placement]
 
     def blocking(self, what: str, call):
         """call(), one of MPI's blocking collectives. Past the stall timeout
@@ -450,8 +533,9 @@ class MPITransport:
         spec = specs[mine[0]]
         local = [spec.members.index(r) for r in spec.servers]
         store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse,
-                                 world_server_ranks=spec.servers)
-        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers))
+                                 world_server_ranks=spec.servers, watchdog=self.watchdog)
+        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers), world_home=spec.servers[0],
+                              watchdog=self.watchdog)
         self._made += [store, table]
         if rank in spec.servers and self._progress_comm is not None and self._progress is None:
             self._progress = ProgressThread(self._progress_comm, self._progress_interval)
@@ -486,6 +570,7 @@ class MPITransport:
         if self._progress is not None:   # before its windows go
             self._progress.free()
             self._progress = None
+        self.watchdog.free()
 
         made = ([self._progress_comm] if self._progress_comm is not None else []) + [self._failures] + self._made
 

@@ -1,0 +1,100 @@
+"""What a cluster does to a job that one node cannot (conftest.py's
+cluster): a node lost mid-run, a link down with every process alive, a
+scancel and a preemption of a job across nodes, a node whose link is ten
+times slower. BSP's final parameters are checked against an uninterrupted
+run's (`mpips simulate`, which gives BSP's parameters bit for bit:
+tests/mpi/test_simulated_vs_mpi.py)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpips.cli import main
+from mpips.io.log import RunLog
+from tests.oracles import assert_each_sample_once
+
+REPO = Path(__file__).resolve().parents[2]
+BSP = REPO / "jobs" / "bsp.slurm"
+STALL = 60   # seconds: MPIPS_STALL_TIMEOUT of these jobs
+# BSP, 1 server + 4 workers, 6 epochs of the digits MLP at 20 ms an iteration: long
+# enough to be cut after a checkpoint (one every 2 s) and before the end
+LONG = {"MPIPS_EPOCHS": "6", "MPIPS_DEVICE_TIME": "20ms", "MPIPS_CHECKPOINT_EVERY": "2",
+        "MPIPS_STALL_TIMEOUT": str(STALL)}
+
+
+def output(cluster, job: str) -> str:
+    path = cluster.job_info(job).get("StdOut")
+    return Path(path).read_text(errors="replace").replace("\0", "") if path and Path(path).exists() else ""
+
+
+def wait_until(what: str, ready, timeout: float, describe=lambda: "") -> float:
+    """Seconds until ready() (polled every 0.2 s); fails naming `what` after `timeout`."""
+    start = time.monotonic()
+    while not ready():
+        assert time.monotonic() - start < timeout, f"no {what} within {timeout:.0f} s\n{describe()}"
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+def uninterrupted(tmp_path, settings: dict) -> np.ndarray:
+    """The final parameters of the same BSP run never stopped (the simulator's)."""
+    flags = ["--epochs", settings["MPIPS_EPOCHS"], "--device-time", settings["MPIPS_DEVICE_TIME"]]
+    assert main(["simulate", "--paradigm", "bsp", "--workers", "4", *flags, "--run-dir", str(tmp_path / "sim")]) == 0
+    return RunLog(str(tmp_path / "sim")).final_params()
+
+
+def job_nodes(cluster, job: str) -> list[str]:
+    nodes = cluster.job_info(job).get("NodeList", "")
+    return cluster.run("scontrol", "show", "hostnames", nodes).stdout.split() if nodes else []
+
+
+@pytest.fixture
+def reboot(cluster):
+    """reboot(node): after a test that lost the node, boot it again (its
+    keeper and slurmd) and wait until Slurm has it idle; done at the end
+    for every node the test lost."""
+    lost: list[str] = []
+    yield lost.append
+    for name in lost:
+        node = cluster.network.node(name)
+        if not cluster.network.pids(node):
+            cluster.network.boot(node)
+            cluster.start_slurmd(next(n for n in cluster.nodes if n.name == name))
+        cluster.network.link_up(node)
+    if lost:
+        cluster.wait_idle(lost, timeout=120)
+
+
+def test_a_node_lost_mid_run_is_named_requeued_and_resumed_elsewhere(cluster, tmp_path, reboot):
+    """Every process of one node killed (the node is lost) after a
+    checkpoint: the training ends at once, the job names the node and the
+    ranks it ran, waits for Slurm to requeue it (the node misses
+    SlurmdTimeout), and the next start resumes from the checkpoint on the
+    two nodes left: the parameters of a run never stopped, bit for bit, and
+    every sample once."""
+    run = tmp_path / "run"
+    job = cluster.submit(BSP, env={**LONG, "MPIPS_RUN_DIR": run}, args=["-N", "2", "-n", "5"], cwd=tmp_path)
+    wait_until("checkpoint", lambda: any((run / "checkpoints").glob("ckpt-*.h5")), 300,
+               lambda: cluster.describe(job))
+    first = job_nodes(cluster, job)
+    batch_host = cluster.job_info(job)["BatchHost"]
+    victim = next(n for n in first if n != batch_host)   # the batch script's node lives on to say it
+    assert RunLog(str(run)).by_node().get(victim), "no rank on the node to be lost"
+    reboot(victim)
+    cluster.network.kill(cluster.network.node(victim))
+    seconds = wait_until("lost node named", lambda: f"node(s) lost (no step starts there): {victim}"
+                         in output(cluster, job), STALL + 60, lambda: cluster.describe(job))
+    out = output(cluster, job)
+    assert f"ranks on {victim}: " in out and "worker" in out.split(f"ranks on {victim}: ")[1].split("\n")[0], out
+    assert seconds < STALL, f"the job took {seconds:.0f} s to name the lost node"
+    assert cluster.wait(job, timeout=600) == "COMPLETED", cluster.describe(job)
+    assert int(cluster.job_info(job)["Restarts"]) >= 1, cluster.describe(job)
+    log = RunLog(str(run))
+    assert log.status == "finished" and log.segments >= 2, (log.status, log.segments)
+    assert victim not in {p["host"] for p in log.placement}, log.placement   # resumed elsewhere
+    np.testing.assert_array_equal(log.final_params(), uninterrupted(tmp_path, LONG))
+    assert_each_sample_once(log)
+    assert log.redone["iterations"] == 0
