@@ -155,6 +155,12 @@ mpips_nodes_env() {
             export OMPI_MCA_btl_tcp_if_include="$MPIPS_NET_IF" OMPI_MCA_oob_tcp_if_include="$MPIPS_NET_IF"
             export PRTE_MCA_oob_tcp_if_include="$MPIPS_NET_IF"
         fi
+        # mpirun learns that a node's daemon is out of reach (its link down, its
+        # processes alive) from TCP keepalives: after 480 s by default, and until
+        # then a job that aborted waits for it. Here: about 40 s.
+        export PRTE_MCA_oob_tcp_keepalive_time="${PRTE_MCA_oob_tcp_keepalive_time:-20}"
+        export PRTE_MCA_oob_tcp_keepalive_intvl="${PRTE_MCA_oob_tcp_keepalive_intvl:-5}"
+        export PRTE_MCA_oob_tcp_keepalive_probes="${PRTE_MCA_oob_tcp_keepalive_probes:-4}"
     elif [ -n "${MPIPS_NET_IF:-}" ]; then   # MPICH: its launcher's, libfabric's and UCX's
         export HYDRA_IFACE="$MPIPS_NET_IF" FI_TCP_IFACE="$MPIPS_NET_IF" UCX_NET_DEVICES="$MPIPS_NET_IF"
     fi

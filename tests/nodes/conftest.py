@@ -30,8 +30,9 @@ def cluster():
     except NetworkError as e:
         pytest.fail(f"could not make the nodes: {e}", pytrace=False)
     try:
-        # a node lost is down (its jobs requeued) 20 s after its last answer, not 300
-        slurm = SlurmCluster.on(net, slurmd_timeout=20)
+        # a node lost is down (its jobs requeued) 60 s after its last answer, not 300:
+        # longer than test_faults' stall timeouts, so a job names a lost node first
+        slurm = SlurmCluster.on(net, slurmd_timeout=60)
         try:
             slurm.start()
         except RuntimeError as e:

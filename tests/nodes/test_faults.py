@@ -6,6 +6,7 @@ run's (`mpips simulate`, which gives BSP's parameters bit for bit:
 tests/mpi/test_simulated_vs_mpi.py)."""
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -53,17 +54,18 @@ def job_nodes(cluster, job: str) -> list[str]:
 
 @pytest.fixture
 def reboot(cluster):
-    """reboot(node): after a test that lost the node, boot it again (its
-    keeper and slurmd) and wait until Slurm has it idle; done at the end
-    for every node the test lost."""
+    """reboot(node): the test is going to lose the node; at its end the node
+    is rebooted as an administrator would (whatever is left on it killed,
+    its link up, its keeper and slurmd started again: slurmd registers, and
+    Slurm, ReturnToService=2, has it idle again)."""
     lost: list[str] = []
     yield lost.append
     for name in lost:
         node = cluster.network.node(name)
-        if not cluster.network.pids(node):
-            cluster.network.boot(node)
-            cluster.start_slurmd(next(n for n in cluster.nodes if n.name == name))
+        cluster.network.kill(node)
         cluster.network.link_up(node)
+        cluster.network.boot(node)
+        cluster.start_slurmd(next(n for n in cluster.nodes if n.name == name))
     if lost:
         cluster.wait_idle(lost, timeout=120)
 
@@ -98,3 +100,47 @@ def test_a_node_lost_mid_run_is_named_requeued_and_resumed_elsewhere(cluster, tm
     np.testing.assert_array_equal(log.final_params(), uninterrupted(tmp_path, LONG))
     assert_each_sample_once(log)
     assert log.redone["iterations"] == 0
+
+
+def test_a_link_down_with_every_process_alive_is_named_and_the_logs_kept(cluster, tmp_path, reboot):
+    """One node's link set down (both ends) with its processes alive, a BSP
+    job across the three nodes: no process dies and MPI sees nothing, so the
+    wait of a rank that needs the cut-off worker names it (rank and host)
+    within the stall timeout and ends the job, which ends (Slurm's NODE_FAIL
+    when it marks the node down first, else FAILED with exit status 1;
+    requeueing is off here) rather than hanging; every rank's log on the
+    nodes still up is readable and holds what it logged before the end
+    (each worker's iterations in order, at least as many as the rounds
+    the server applied)."""
+    stall = 30   # less than the cluster's SlurmdTimeout: the job names the node before Slurm does
+    run = tmp_path / "run"
+    env = {**LONG, "MPIPS_STALL_TIMEOUT": str(stall), "MPIPS_RUN_DIR": run, "MPIPS_REQUEUE": "0"}
+    job = cluster.submit(BSP, env=env, args=["-N", "3", "-n", "5", "--no-requeue"], cwd=tmp_path)
+    wait_until("second epoch", lambda: "mpips: epoch  1" in output(cluster, job), 300, lambda: cluster.describe(job))
+    by_node = RunLog(str(run)).by_node()
+    victim = next(host for host, ranks in by_node.items() if all(r["role"] == "worker" for r in ranks))
+    cut_off = {r["rank"] for r in by_node[victim]}
+    reboot(victim)
+    cluster.network.link_down(cluster.network.node(victim))
+    named = re.compile(rf"stalled \d+s \(stall_timeout\); waiting for .*= rank ({'|'.join(map(str, cut_off))}) "
+                       rf"on {victim}\b")
+    seconds = wait_until("stall naming the node", lambda: named.search(output(cluster, job)), stall + 120,
+                         lambda: cluster.describe(job))
+    assert seconds < stall + 30, f"named after {seconds:.0f} s"   # the stall timeout, and the polls around it
+    state = cluster.wait(job, timeout=300)
+    assert state == "NODE_FAIL" or (state, cluster.job_info(job)["ExitCode"]) == ("FAILED", "1:0"), \
+        cluster.describe(job)
+    # the cut-off node's processes see their peers gone once it is back (or are ended with it)
+    cluster.network.link_up(cluster.network.node(victim))
+    log = RunLog(str(run))
+    up = {r["rank"] for host, ranks in by_node.items() if host != victim for r in ranks}
+    assert not [p for p in log.problems if any(f"rank-{r}." in p for r in up)], log.problems
+    steps = int(log.applies["step"].max())
+    it = log.iterations
+    for r in up:
+        role = log.placement[r]
+        if role["role"] != "worker":
+            continue
+        mine = np.sort(it["iteration"][it["worker"] == role["index"]])
+        assert mine.tolist() == list(range(len(mine))), f"worker {role['index']}: iterations missing"
+        assert len(mine) >= steps, f"worker {role['index']} logged {len(mine)} iterations, the server applied {steps} rounds"
