@@ -144,3 +144,54 @@ def test_a_link_down_with_every_process_alive_is_named_and_the_logs_kept(cluster
         mine = np.sort(it["iteration"][it["worker"] == role["index"]])
         assert mine.tolist() == list(range(len(mine))), f"worker {role['index']}: iterations missing"
         assert len(mine) >= steps, f"worker {role['index']} logged {len(mine)} iterations, the server applied {steps} rounds"
+
+
+@pytest.fixture(scope="module")
+def never_stopped(tmp_path_factory) -> np.ndarray:
+    return uninterrupted(tmp_path_factory.mktemp("reference"), LONG)
+
+
+def test_a_preempted_job_across_nodes_checkpoints_once_and_resumes(cluster, tmp_path, never_stopped):
+    """USR1 to the batch shell of a job on 3 nodes (what --signal=B:USR1@T
+    sends): one checkpoint, exit 3, the job requeued, and resumed from it
+    to the end: the parameters of a run never stopped, every sample once."""
+    run = tmp_path / "run"
+    settings = {k: v for k, v in LONG.items() if k != "MPIPS_CHECKPOINT_EVERY"}
+    job = cluster.submit(BSP, env={**settings, "MPIPS_RUN_DIR": run}, args=["-N", "3", "-n", "5"], cwd=tmp_path)
+    wait_until("first epoch", lambda: "mpips: epoch  1" in output(cluster, job), 300, lambda: cluster.describe(job))
+    cluster.run("scancel", "--batch", "--signal=USR1", job)
+    assert cluster.wait(job, timeout=600) == "COMPLETED", cluster.describe(job)
+    assert cluster.job_info(job)["Restarts"] == "1", cluster.describe(job)
+    out = output(cluster, job)
+    assert "(preemption)" in out and "exiting with status 3" in out and "resuming from" in out, out
+    log = RunLog(str(run))
+    assert log.status == "finished" and log.segments == 2
+    assert [e["reason"] for e in log.events("checkpoint")] == ["preemption"]
+    assert len({p["host"] for p in log.placement}) == 3
+    np.testing.assert_array_equal(log.final_params(), never_stopped)
+    assert_each_sample_once(log)
+
+
+def test_scancel_of_a_job_across_nodes_checkpoints_and_the_same_job_again_resumes(cluster, tmp_path, never_stopped):
+    """`scancel` (TERM to every process of the job, on every node): the
+    ranks checkpoint, the job is not requeued; the same job submitted again
+    resumes from the checkpoint to the parameters of a run never stopped."""
+    run = tmp_path / "run"
+    settings = {**{k: v for k, v in LONG.items() if k != "MPIPS_CHECKPOINT_EVERY"}, "MPIPS_RUN_DIR": run}
+    job = cluster.submit(BSP, env=settings, args=["-N", "3", "-n", "5"], cwd=tmp_path)
+    wait_until("first epoch", lambda: "mpips: epoch  1" in output(cluster, job), 300, lambda: cluster.describe(job))
+    cluster.run("scancel", job)
+    assert cluster.wait(job, timeout=300) == "CANCELLED", cluster.describe(job)
+    out = output(cluster, job)
+    assert "requeueing" not in out and cluster.job_info(job)["Restarts"] == "0", out
+    if not list((run / "checkpoints").glob("ckpt-*.h5")):   # (as on one node: the ranks may end before theirs)
+        assert "stopped by SIGTERM without a checkpoint" in out, out
+        pytest.skip("the ranks ended before their checkpoint (the launcher, signalled too, ended them)")
+    assert "stopped by SIGTERM after a checkpoint" in out, out
+    again = cluster.submit(BSP, env=settings, args=["-N", "3", "-n", "5"], cwd=tmp_path)
+    assert cluster.wait(again, timeout=600) == "COMPLETED", cluster.describe(again)
+    assert "resuming from" in output(cluster, again)
+    log = RunLog(str(run))
+    assert log.status == "finished" and log.segments == 2
+    np.testing.assert_array_equal(log.final_params(), never_stopped)
+    assert_each_sample_once(log)
