@@ -248,14 +248,25 @@ exec nsenter -t "$keeper" --net --uts --mount --ipc --wd="$PWD" sh -c "$*"
         _ip("-n", node.name, "link", "set", "eth0", "up")
 
     def shape(self, node: Node, rate: str | None) -> None:
-        """The node's link limited to `rate` (tc's units: 1gbit, 100mbit) in
-        both directions, by a token bucket on each end; None: unshaped."""
+        """The node's link limited to `rate` (tc's units: 10gbit, 100mbit) in
+        both directions, by a token bucket on each end; None: unshaped. The
+        bucket holds 1 ms of the rate (at least 4 KB): a transfer of 69 KB
+        takes its bytes/rate, not a burst at the bridge's speed."""
         for ns in ([], ["-n", node.name]):
             dev = ["dev", "eth0" if ns else node.port]
             _run("tc", *ns, "qdisc", "del", *dev, "root", check=False)
             if rate is not None:
+                burst = max(int(bits_per_second(rate) / 8 / 1000), 4096)
                 _run("tc", *ns, "qdisc", "add", *dev, "root", "tbf", "rate", rate,
-                     "burst", "256kb", "latency", "100ms")
+                     "burst", str(burst), "latency", "100ms")
+
+
+def bits_per_second(rate: str) -> float:
+    """tc's rate ('10gbit', '100mbit', '1kbit', '500bit') in bits per second."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", rate.lower())
+    if not m:
+        raise NetworkError(f"rate {rate!r}: a number and bit, kbit, mbit or gbit (tc's units)")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
 
 
 # -- what a prefix made ----------------------------------------------------------

@@ -195,3 +195,38 @@ def test_scancel_of_a_job_across_nodes_checkpoints_and_the_same_job_again_resume
     assert log.status == "finished" and log.segments == 2
     np.testing.assert_array_equal(log.final_params(), never_stopped)
     assert_each_sample_once(log)
+
+
+@pytest.fixture
+def shaped(cluster):
+    """shaped({node: rate}): links limited (tc's token bucket, both ways);
+    every link unshaped again at the end."""
+    yield lambda rates: [cluster.network.shape(cluster.network.node(n), r) for n, r in rates.items()]
+    for node in cluster.network.nodes:
+        cluster.network.shape(node, None)
+
+
+def test_a_node_with_a_ten_times_slower_link(cluster, tmp_path, shaped):
+    """Every link at 100 Mbit/s but one node's at 10: the job finishes, and
+    its log shows the slow node's pulls and pushes longer than those of the
+    workers on the other node the server is not on (69 KB each way an
+    iteration: 55 ms at 10 Mbit/s, 5.5 at 100)."""
+    nodes = [n.name for n in cluster.nodes]
+    slow = nodes[-1]   # Slurm fills the first node first: the server's is nodes[0]
+    shaped({**{n: "100mbit" for n in nodes}, slow: "10mbit"})
+    run = tmp_path / "run"
+    job = cluster.submit(BSP, env={"MPIPS_EPOCHS": "2", "MPIPS_RUN_DIR": run}, args=["-N", "3", "-n", "5"],
+                         cwd=tmp_path)
+    assert cluster.wait(job, timeout=600) == "COMPLETED", cluster.describe(job)
+    log = RunLog(str(run))
+    by_node = log.by_node()
+    assert by_node[nodes[0]][0]["role"] == "server" and all(r["role"] == "worker" for r in by_node[slow]), by_node
+    it = log.iterations
+
+    def transfer(node: str) -> float:   # median pull + push of the node's workers, seconds
+        workers = [r["index"] for r in by_node[node] if r["role"] == "worker"]
+        rows = it[np.isin(it["worker"], workers)]
+        return float(np.median(rows["pull"] + rows["push"]))
+
+    other = next(n for n in nodes[1:] if n != slow)
+    assert transfer(slow) > 2 * transfer(other), (transfer(slow), transfer(other))
