@@ -141,7 +141,8 @@ def test_the_conda_environment_lists_every_dependency():
     cfg.read(os.path.join(ROOT, "setup.cfg"))
     needed = {re.split(r"[<>=!\s]", line.strip())[0] for key in ("install_requires",)
               for line in cfg["options"][key].splitlines() if line.strip()}
-    needed |= {line.strip() for line in cfg["options.extras_require"]["test"].splitlines() if line.strip()}
+    needed |= {re.split(r"[<>=!\s]", line.strip())[0]
+               for line in cfg["options.extras_require"]["test"].splitlines() if line.strip()}
     with open(os.path.join(ROOT, "environment.yml")) as fh:
         dependencies = yaml.safe_load(fh)["dependencies"]
     from_pip = [d for entry in dependencies if isinstance(entry, dict) for d in entry.get("pip", [])]
