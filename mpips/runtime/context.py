@@ -11,6 +11,7 @@ import numpy as np
 from ..config import Config
 from ..io.log import RankLog
 from ..paradigms import Paradigm
+from ..training.batched import BatchedGradients
 from .checkpointer import Checkpoints
 from .layout import Layout
 from .state import S, W
@@ -57,6 +58,8 @@ class Services:
     clock: Clock                     # wall time, or the simulator's virtual time (wait.py)
     checkpointer: Checkpoints
     budget_table: ControlTable       # whose CLAIMED cell counts the global budget's claims
+    # the simulator's batched gradients (training/batched.py); None: each worker computes its own
+    gradients: BatchedGradients | None = None
 
 
 @dataclass
