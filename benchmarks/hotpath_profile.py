@@ -33,8 +33,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import MPI_ENV, MPIEXEC, table, write_results  # noqa: E402
 import sim_common  # noqa: E402
+from common import MPI_ENV, MPIEXEC, table, write_results  # noqa: E402
 
 RATE = 1000
 TOP = 25

@@ -55,6 +55,7 @@ class Pending:
         """The loss; the gradient is in the worker's `flat.grads`."""
         if self.loss is None:
             self._engine.compute(self)
+        assert self.loss is not None
         return self.loss
 
 
@@ -132,10 +133,23 @@ def _patched(model: nn.Module) -> nn.Module:
     """`model` with every convolution of groups 1 and zero padding computed
     as a product with its input's patches (the module doc)."""
     for m in model.modules():
-        if (isinstance(m, (nn.Conv1d, nn.Conv2d)) and m.groups == 1 and m.padding_mode == "zeros"
+        if (type(m) in _AS_PRODUCT and m.groups == 1 and m.padding_mode == "zeros"
                 and not isinstance(m.padding, str)):
-            m.forward = _patches_conv.__get__(m)
+            m.__class__ = _AS_PRODUCT[type(m)]
     return model
+
+
+class _Conv1dAsProduct(nn.Conv1d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _patches_conv(self, x)
+
+
+class _Conv2dAsProduct(nn.Conv2d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _patches_conv(self, x)
+
+
+_AS_PRODUCT: dict[type, type] = {nn.Conv1d: _Conv1dAsProduct, nn.Conv2d: _Conv2dAsProduct}
 
 
 def _patches_conv(self: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
@@ -146,14 +160,15 @@ def _patches_conv(self: nn.Conv1d | nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     w = self.weight
     cout, cin, *kernel = w.shape
     dims = len(kernel)
-    x = F.pad(x, [q for p in reversed(self.padding) for q in (p, p)])
+    padding = [int(p) for p in self.padding]   # (a str padding is never patched: _patched)
+    x = F.pad(x, [q for p in reversed(padding) for q in (p, p)])
     size = x.shape[-dims:]
     out = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(size, kernel, self.stride, self.dilation)]
     slices = []
     for offsets in itertools.product(*(range(k) for k in kernel)):
-        index = [slice(j * d, j * d + s * (o - 1) + 1, s)
-                 for j, d, s, o in zip(offsets, self.dilation, self.stride, out)]
-        slices.append(x[(..., *index)])
+        index = tuple(slice(j * d, j * d + s * (o - 1) + 1, s)
+                      for j, d, s, o in zip(offsets, self.dilation, self.stride, out))
+        slices.append(x[(Ellipsis,) + index])
     patches = torch.stack(slices, -1)                   # (N, Cin, *out, K)
     patches = patches.movedim(1, -2).flatten(-2)        # (N, *out, Cin*K), channel-major as the weight
     y = patches @ w.reshape(cout, -1).T                 # (N, *out, Cout)
