@@ -91,10 +91,10 @@ class Context:
     def view(self):
         return self.table.view(self.table.read(), self.now())
 
-    def wait(self, ready, *, what: str, describe, due=None) -> float:
+    def wait(self, ready, *, what: str, describe, due=None, changed=None) -> float:
         return self.clock.wait_until(ready, what=f"{self.name}: {what}", describe=describe,
                                      warn=self.config.stall_warn, timeout=self.config.stall_timeout,
-                                     due=due)
+                                     due=due, changed=changed)
 
     def epochs_of(self, pushes: int) -> float:
         return pushes / self.level.epoch_pushes

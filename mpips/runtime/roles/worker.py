@@ -14,6 +14,7 @@ from ...training.emulation import Slowdown
 from ...training.flatmodel import FlatModel
 from ..context import Context
 from ..state import S, W, publish_client_row
+from .server import DUE_SHARE
 
 
 class Worker:
@@ -36,6 +37,7 @@ class Worker:
         self.push_times = [0.0, 0.0]
         self.rejected = 0
         self.wait_total = 0.0
+        self.last_wait = 0.0              # seconds at the last gate
         self.samples = 0
         self.overruns = 0
         self.busy = 0.0                   # of the last iteration
@@ -66,8 +68,17 @@ class Worker:
         def describe():
             return ctx.describe_workers(last["gate"].waiting_for) if "gate" in last else "?"
 
+        # when it should open: after most of the last gate's wait (polled
+        # finely from then on, backing off less the later it is: wait.next_sleep)
+        clock, expected = ctx.clock, DUE_SHARE * self.last_wait
+        began = clock.perf_counter()
+
+        def due():
+            return expected - (clock.perf_counter() - began)
+
         waited = ctx.checkpointer.wait(ctx, ready, what=f"gate at clock {self.clock}",
-                                       describe=describe, stop=self.stop_for_checkpoint)
+                                       describe=describe, stop=self.stop_for_checkpoint, due=due)
+        self.last_wait = waited
         self.wait_total += waited
         event = last["gate"].event
         if event:
