@@ -310,7 +310,7 @@ class ControlWindow(TableLayout):
         again when it changes (local.LocalControlTable.add), and a poll
         skips its check where nothing else was written (`changed`)."""
         result = np.zeros(1)
-        self._win.Fetch_and_op([np.full(1, value), MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
+        self._win.Fetch_and_op([np.full(1, value, np.float64), MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
         self._win.Flush(self.home)
         return float(result[0])
 
