@@ -101,8 +101,9 @@ def test_sleeps_are_a_fraction_of_the_wait_or_last_until_what_is_due():
     # one long overdue (a worker blocked at its gate) does not hide one due soon
     assert next_sleep(0.5, np.array([-1.0, 50e-6])) == pytest.approx(50e-6)
     assert next_sleep(0.5, np.array([])) == MAX_SLEEP          # nothing known: as without
-    assert next_sleep(0.0, 300e-6) == pytest.approx(300e-6)    # one thing awaited, as a float
-    assert next_sleep(0.0, -200e-6) == pytest.approx(20e-6)
+    assert next_sleep(0.01, 300e-6) == pytest.approx(300e-6)   # one thing awaited, as a float:
+    assert next_sleep(0.01, -200e-6) == pytest.approx(20e-6)   # until it is due, then finely,
+    assert next_sleep(400e-6, 300e-6) == pytest.approx(100e-6)  # never later than without
 
 
 def test_slowdown_persistent_and_transient():

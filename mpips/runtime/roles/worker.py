@@ -68,8 +68,8 @@ class Worker:
         def describe():
             return ctx.describe_workers(last["gate"].waiting_for) if "gate" in last else "?"
 
-        # when it should open: after most of the last gate's wait (polled
-        # finely from then on, backing off less the later it is: wait.next_sleep)
+        # when it should open: after most of the last gate's wait; polled
+        # finely from then on, and never later than without (wait.next_sleep)
         clock, expected = ctx.clock, DUE_SHARE * self.last_wait
         began = clock.perf_counter()
 

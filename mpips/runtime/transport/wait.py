@@ -50,8 +50,8 @@ def precise_sleeps() -> None:
 def next_sleep(waited: float, expected: np.ndarray | float | None = None) -> float:
     """How long to sleep before the next poll, `waited` seconds into a wait;
     `expected` as `due()` returns it."""
-    if isinstance(expected, float):   # one thing awaited: no array made
-        sleep = expected if expected > 0 else -expected * OVERDUE_FRACTION
+    if isinstance(expected, float):   # one thing awaited (a gate): never later than without, finer once due
+        sleep = min(expected if expected > 0 else -expected * OVERDUE_FRACTION, waited * LATE_FRACTION)
     elif expected is None or not len(expected):
         sleep = waited * LATE_FRACTION
     else:   # until the soonest is due, or backing off from when it was due
