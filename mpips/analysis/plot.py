@@ -730,7 +730,7 @@ def _window(text: str) -> tuple[float, float]:
 
 
 def main(argv=None, prog: str | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="where the PNG files go")
     p.add_argument("--target", type=number_in(0, 1, low_open=True), default=0.9, help="accuracy line drawn on the accuracy plot")
