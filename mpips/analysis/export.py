@@ -85,7 +85,7 @@ def train_bins(log: RunLog, bins: int = TIME_BINS) -> dict[str, np.ndarray]:
 
 def tensorboard(log: RunLog, out_dir: str) -> str:
     """Write the run's scalars into out_dir/<run name>; returns that directory."""
-    from torch.utils.tensorboard import SummaryWriter   # needs the tensorboard package
+    from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
     where = os.path.join(out_dir, log.name)
     start = _started(log)

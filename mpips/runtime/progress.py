@@ -20,6 +20,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+
 def _count(n: float) -> str:
     return f"{int(n):,}"
 

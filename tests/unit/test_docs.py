@@ -102,13 +102,19 @@ def test_docs_name_only_flags_that_exist():
             flags.update(s for s in action.option_strings if s.startswith("--"))
             if isinstance(action, argparse._SubParsersAction):
                 parsers += action.choices.values()
+    # summarize, plot, export: programs of their own (cli.DELEGATED), their flags in their source
+    from mpips.cli import DELEGATED
+
+    for module, _ in DELEGATED.values():
+        source = read(module.replace(".", "/") + ".py")
+        flags.update(re.findall(r"add_argument\((?:\"-\w\", )?\"(--[a-z][a-z0-9-]*)\"", source))
     for doc in ("docs/paradigms.md", "docs/environment.md", "docs/guide.md", "docs/troubleshooting.md",
-                "docs/results.md", "README.md"):
+                "README.md"):
         named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", read(doc)))
         # mpirun's, pytest's and Slurm's options, in environment.md's commands
         named -= {"--bind-to", "--mpi", "--with-mpi", "--timeout", "--timeout-method",
                   "--ignore", "--parsable", "--signal", "--wait", "--ntasks", "--hostfile", "--requeue",
-                  "--gpus-per-node", "--logdir"}
+                  "--gpus-per-node", "--logdir", "--batch"}
         unknown = sorted(named - flags)
         assert not unknown, f"{doc} names flags mpips does not have: {unknown}"
 
@@ -151,7 +157,8 @@ def test_the_conda_environment_lists_every_dependency():
     cfg.read(os.path.join(ROOT, "setup.cfg"))
     needed = {re.split(r"[<>=!\s]", line.strip())[0] for key in ("install_requires",)
               for line in cfg["options"][key].splitlines() if line.strip()}
-    needed |= {line.strip() for line in cfg["options.extras_require"]["test"].splitlines() if line.strip()}
+    needed |= {re.split(r"[<>=!\s]", line.strip())[0]
+               for line in cfg["options.extras_require"]["test"].splitlines() if line.strip()}
     with open(os.path.join(ROOT, "environment.yml")) as fh:
         dependencies = yaml.safe_load(fh)["dependencies"]
     from_pip = [d for entry in dependencies if isinstance(entry, dict) for d in entry.get("pip", [])]
