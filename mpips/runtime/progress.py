@@ -37,7 +37,9 @@ class Progress:
         self.mode, self.every, self.clock = mode, every, clock
         self.total, self.virtual = max(int(total), 0), virtual
         self.started = clock()
-        self.base: float | None = None   # samples done at the first update (a resumed run's earlier ones)
+        # the pace of the time left: samples done since `since` (from the start: 0 then; a
+        # resumed run's samples before it count from its first update on)
+        self.since: tuple[float, float] | None = None
         self.next = self.started + (0.5 if mode == "bar" else every)
         self.accuracy: tuple[float, float] | None = None   # (accuracy, epoch) of the latest evaluation
         self.bar: tqdm | None = None
@@ -56,8 +58,6 @@ class Progress:
         if self.mode == "off":
             return
         now = self.clock()
-        if self.base is None:
-            self.base, self.started = samples, now
         self.next = now + (0.5 if self.bar is not None else self.every)
         rate = samples / job_time if job_time > 0 else 0.0
         if self.bar is not None:
@@ -69,6 +69,11 @@ class Progress:
     def line(self, samples: float, job_time: float, now: float) -> str:
         """The line written to a file or pipe."""
         wall = now - self.started
+        if self.since is None:   # the first line: the pace since the start, then since this line
+            self.since = (samples, now)
+            base, start = 0.0, self.started
+        else:
+            base, start = self.since
         rate = samples / job_time if job_time > 0 else 0.0
         parts = ["mpips: progress"]
         if self.total:
@@ -76,11 +81,11 @@ class Progress:
             parts.append(f"{_count(samples)}/{_count(self.total)} samples")
         else:
             parts.append(f"{_count(samples)} samples")
-        done = samples - (self.base or 0)
-        left = wall * (self.total - samples) / done if self.total and done > 0 else None
+        done = samples - base
+        left = (now - start) * (self.total - samples) / done if self.total and done > 0 else None
         eta = f"ETA {tqdm.format_interval(left)}" if left is not None else "ETA ?"
         if self.virtual:
-            parts += [f"virtual time {job_time:.1f} s, {rate:,.0f} samples/s (virtual)",
+            parts += [f"virtual time {job_time:.2f} s, {rate:,.0f} samples/s (virtual)",
                       f"wall {tqdm.format_interval(wall)}, {eta} (wall)"]
         else:
             parts += [f"{job_time:.1f} s, {rate:,.0f} samples/s", eta]
@@ -89,7 +94,7 @@ class Progress:
         return " | ".join(parts)
 
     def _postfix(self, rate: float, job_time: float) -> str:
-        when = f"virtual {job_time:.1f} s, {rate:,.0f} samples/s (virtual)" if self.virtual else f"{rate:,.0f} samples/s"
+        when = f"virtual {job_time:.2f} s, {rate:,.0f} samples/s (virtual)" if self.virtual else f"{rate:,.0f} samples/s"
         acc = f", acc {100 * self.accuracy[0]:.1f}% (epoch {self.accuracy[1]:.2f})" if self.accuracy else ""
         return " " + when + acc
 
