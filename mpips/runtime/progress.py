@@ -4,8 +4,13 @@ of the budget, throughput, the time left, the latest accuracy.
 One role prints it, the one that evaluates (server 0 inline, or the
 `--evaluator` rank), to stderr, so that stdout keeps one line per
 evaluation. `--progress auto` (the default) draws a bar that updates in
-place (tqdm) when stderr is a terminal, else writes a line every
+place (tqdm) when a person watches a terminal, else writes a line every
 `--progress-every` seconds (a log file, a pipe, a batch job's output).
+Under mpirun the ranks' output reaches the terminal through pipes that
+pass whole lines only, so a bar would show only once done: a rank that
+mpirun started on this node, whose stderr is a terminal, draws the bar
+on that terminal itself (and the evaluation lines above it, when mpirun's
+stdout is the same terminal).
 Under `mpips simulate` times are virtual: the line says so, and its time
 left is the wall-clock time the simulation still needs.
 
@@ -14,6 +19,7 @@ clock's, whichever transport runs the roles.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TextIO
@@ -32,6 +38,13 @@ class Progress:
     def __init__(self, total: int, *, virtual: bool, mode: str = "auto", every: float = 10.0,
                  stream: TextIO | None = None, clock=time.monotonic):
         self.stream = sys.stderr if stream is None else stream
+        self.stdout_too = False   # evaluation lines go to the bar's terminal (it is stdout's too)
+        self.opened: TextIO | None = None   # the launcher's terminal, opened here
+        if mode != "off" and stream is None:
+            terminal = launchers_terminal()
+            if terminal is not None:
+                self.stream, self.stdout_too = terminal
+                self.opened = self.stream
         if mode == "auto":
             mode = "bar" if _is_terminal(self.stream) else "lines"
         self.mode, self.every, self.clock = mode, every, clock
@@ -104,7 +117,9 @@ class Progress:
     def write(self, line: str, file: TextIO | None = None) -> None:
         """A line (an evaluation's) printed without breaking the bar."""
         file = sys.stdout if file is None else file
-        if self.bar is not None and _same_terminal(file, self.stream):
+        if self.bar is not None and self.stdout_too:
+            self.bar.write(line, file=self.stream)
+        elif self.bar is not None and _same_terminal(file, self.stream):
             self.bar.write(line, file=file)
         else:
             print(line, file=file, flush=True)
@@ -115,6 +130,37 @@ class Progress:
                 self.update(samples, job_time)
             self.bar.close()
             self.bar = None
+        if self.opened is not None:
+            self.opened.close()
+            self.opened = None
+
+
+LAUNCHED = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+
+
+def launchers_terminal(ppid: int | None = None) -> tuple[TextIO, bool] | None:
+    """This rank's launcher's terminal, opened for writing, when a launcher
+    on this node started it (mpirun) and mpirun's stderr is a terminal; and
+    whether mpirun's stdout is that terminal too. None otherwise: not
+    launched, stderr already a terminal, or mpirun's output redirected."""
+    if _is_terminal(sys.stderr) or not any(v in os.environ for v in LAUNCHED):
+        return None
+    ppid = os.getppid() if ppid is None else ppid
+    try:
+        path = os.readlink(f"/proc/{ppid}/fd/2")
+        if not path.startswith("/dev/"):
+            return None
+        terminal = open(path, "w")
+    except OSError:
+        return None
+    if not terminal.isatty():
+        terminal.close()
+        return None
+    try:
+        same = os.stat(f"/proc/{ppid}/fd/1").st_rdev == os.fstat(terminal.fileno()).st_rdev
+    except OSError:
+        same = False
+    return terminal, same
 
 
 def _is_terminal(stream) -> bool:
