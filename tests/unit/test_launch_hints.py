@@ -45,3 +45,17 @@ def test_a_round_beyond_the_training_set_is_a_warning_with_the_numbers():
                            "training samples: 5 epoch(s) are 7,190 samples, 2 round(s) of updates"), said
     assert too_short(_plan(workers=4, epochs=5.0)) == ""
     assert too_short(_plan(workers=256, epochs=5.0, budget="per-worker", batch_size=4)) == ""
+
+
+def test_ucx_one_sided_is_turned_off_only_on_a_node_without_rdma_devices(tmp_path):
+    from mpips.runtime.transport.mpienv import quiet_ucx
+
+    env: dict[str, str] = {}
+    assert quiet_ucx(env, str(tmp_path / "none")) and env == {"OMPI_MCA_osc": "^ucx"}   # no such class
+    env = {}
+    assert quiet_ucx(env, str(tmp_path)) and env["OMPI_MCA_osc"] == "^ucx"               # no device in it
+    (tmp_path / "mlx5_0").mkdir()
+    env = {}
+    assert not quiet_ucx(env, str(tmp_path)) and env == {}                                # InfiniBand: UCX stays
+    env = {"OMPI_MCA_osc": "ucx"}
+    assert not quiet_ucx(env, str(tmp_path / "none")) and env == {"OMPI_MCA_osc": "ucx"}  # the user's choice
