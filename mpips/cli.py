@@ -336,7 +336,7 @@ def main(argv=None, *, comm=None) -> int:
 def _main(argv: list[str], comm) -> int:
     # One module search path for `mpips` and `python -m mpips`: the current directory
     # first, as `python -m` puts it (a user's --model pkg.mod:fn or --dataset beside
-    # the job resolves the same with either; README, "Datasets and models")
+    # the job resolves the same with either; docs/guide.md, "Datasets and models")
     quiet_ucx()   # before any MPI starts (train, plan under mpirun; compare's jobs inherit it)
     cwd = os.getcwd()
     if "" not in sys.path and cwd not in sys.path:

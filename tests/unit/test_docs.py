@@ -1,4 +1,4 @@
-"""The README's configuration table and the log schema document stay complete;
+"""The configuration page and the log schema document stay complete; the README starts with its quick start;
 the documents name only files of the repository and flags that exist."""
 import argparse
 import dataclasses
