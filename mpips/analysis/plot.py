@@ -296,24 +296,33 @@ def target_frame(logs: list[RunLog], target: float):
 
 
 def target_order(runs) -> list[str]:
-    """`target_frame`'s groups, fastest mean time to the target first, those
-    that never reached it last (in their order)."""
-    mean = runs.groupby("group", sort=False)["time"].mean()
-    return mean.sort_values(kind="stable", na_position="last").index.tolist()
+    """`target_frame`'s groups, fastest mean time to the target first; then
+    those that reached it in some of their runs only (their mean is of those
+    runs: not comparable), fastest first; those that never reached it last."""
+    by = runs.groupby("group", sort=False)["time"]
+    key = pd.DataFrame({"partly": by.count() < by.size(), "mean": by.mean()})
+    return key.sort_values(["partly", "mean"], kind="stable", na_position="last").index.tolist()
 
 
 def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
     """A bar per setting (`run_labels`' group: runs differing by seed alone):
     seconds until the test accuracy first reached the target (mean over its
-    runs, error bars from the fastest to the slowest run), fastest first,
-    those that never reached it last; one panel per emulated cluster; the
-    text gives the mean final accuracy."""
-    runs = target_frame(logs, target)
+    runs, error bars from the fastest to the slowest run), fastest first
+    (`target_order`); one panel per emulated cluster; the text gives the
+    mean final accuracy."""
+    short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
+    return target_bars(target_frame(logs, target), path, target,
+                       time_label(logs, f"time to {100 * target:g}% test accuracy"), short)
+
+
+def target_bars(runs, path: str, target: float, xlabel: str, titles: dict[str, str]) -> str:
+    """time_to_target_figure's drawing, from `target_frame`'s columns (a results
+    file's rows give them too: benchmarks/regenerate_figures.py); `titles`:
+    cluster -> its panel's title."""
     names = list(dict.fromkeys(runs["group"]))
     clusters = list(dict.fromkeys(runs["cluster"]))
-    short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
-    fig, axes = plt.subplots(1, len(clusters), figsize=(6.5 * len(clusters), 1.2 + 0.45 * len(names)),
-                             squeeze=False)
+    fig, axes = plt.subplots(1, len(clusters), figsize=(8 * len(clusters), 1.2 + 0.5 * len(names)),
+                             squeeze=False, layout="constrained")
     for ax, cluster in zip(axes[0], clusters):
         here = runs[runs["cluster"] == cluster]
         longest = float(here["time"].max()) if here["time"].notna().any() else 0.0
@@ -327,7 +336,8 @@ def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
             reached = f"{len(times)}/{len(members)} runs, " if len(members) > 1 else ""
             if len(times):
                 mean = float(times.mean())
-                ax.barh(y, mean, color=members["colour"].iloc[0], alpha=0.85,
+                # pale: reached in some runs only (a mean of those runs: ranked after the others)
+                ax.barh(y, mean, color=members["colour"].iloc[0], alpha=0.85 if len(times) == len(members) else 0.35,
                         hatch="//" if members["name"].iloc[0] != members["paradigm"].iloc[0] else None,
                         edgecolor="white")
                 if len(times) > 1:
@@ -339,13 +349,12 @@ def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
                 ax.text(0, y, f" never reached {100 * target:g}% (final {100 * final:.1f}%)", va="center",
                         fontsize=8, color="tab:red")
         ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names)
+        ax.set_yticklabels([_wrapped(n, 24) for n in names], fontsize=8)
         ax.set_ylim(len(names) - 0.5, -0.5)
         ax.set_xlim(0, 1.8 * longest if longest else 1)
-        ax.set_xlabel(time_label(logs, f"time to {100 * target:g}% test accuracy"))
-        ax.set_title(_title(short[cluster], 75), fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_title(_title(titles.get(cluster, cluster), 75), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
     return _save(fig, path)
 
 
