@@ -97,7 +97,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
     rank, size = transport.rank, transport.size
     layout = _agree(transport, "the layout", lambda: make_layout(config, size))
     if rank == 0 and roles_note(layout, derived=not config.workers):
-        print(roles_note(layout, derived=True), flush=True)
+        print(roles_note(layout, derived=True), file=sys.stderr, flush=True)
     config = config.with_workers(layout.workers)
     role, index = layout.role(rank)
     setup_phase(config, rank, "reading the data and building the model")
