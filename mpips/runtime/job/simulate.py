@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 
 import torch
 
@@ -54,7 +55,8 @@ def simulate(config: Config, *, model=None, dataset=None, loss=None) -> str:
     torch.set_num_threads(config.torch_threads)
     config.run_dir = config.run_dir or default_run_dir(config)
     layout = make_layout(config, ranks_for(config))
-    setup_phase(config, 0, "reading the data and building the model")
+    if sys.stderr.isatty():   # (off a terminal its stderr holds only what went wrong, which scripts read)
+        setup_phase(config, 0, "reading the data and building the model")
     data, built, paradigm, ipe = prepare(config, layout, model=model, dataset=dataset)
     lock = own_run_dir(config.run_dir)    # last: bad input leaves no directory
     try:
