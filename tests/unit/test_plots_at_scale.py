@@ -171,3 +171,16 @@ def test_time_to_target_bars_are_sorted_fastest_first_never_reached_last():
 
 def test_entries_get_distinct_colours():
     assert len(set(plot.ENTRY_COLOURS)) == len(plot.ENTRY_COLOURS) >= 12
+
+
+def test_more_than_eight_entries_are_drawn_as_small_multiples(tmp_path, figures):
+    logs = []
+    for k in range(10):
+        log = write_log(tmp_path / f"run{k}", varying=False)
+        log.label = f"entry{k}"   # as mpips compare names its entries' runs
+        logs.append(log)
+    plot.accuracy_figure(logs, str(tmp_path / "acc.png"), 0.5)
+    (_, panels), = figures
+    shown = [p for p in panels if p["title"]]
+    assert [p["title"] for p in shown] == [f"entry{k}" for k in range(10)]   # a panel per entry
+    assert all(not p["legend"] for p in shown)                               # named by its title
