@@ -30,6 +30,7 @@ VSGD_GATES = ("ssp", "asp")
 VALUE_MEASURES = ("exact", "bound")
 BUDGETS = ("global", "per-worker")
 ASYNC_MOMENTUM = ("compensated", "as-set")
+SIM_GRADIENTS = ("auto", "batched", "exact")
 LOCAL_MODES = ("sync", "async")
 PROGRESS_MODES = ("auto", "bar", "lines", "off")
 MAX_SYNTHETIC = 10_000_000   # samples of the synthetic dataset (64 floats each, on every rank)
@@ -147,6 +148,10 @@ class Config:
                                 "(which moves each push's bytes at sim-bandwidth)")
     sim_apply_per_push: float = _f(0.0, "simulate: seconds a server's step takes per push it sums, beyond "
                                         "the push's bytes at sim-bandwidth (a measured cluster's: mpips plan)")
+    sim_gradients: str = _f("auto", "simulate: batched = the gradients of the workers computing at once in "
+                                    "one vmap call (the same schedule, floats within rounding); exact = each "
+                                    "worker's alone, bit for bit an MPI job's; auto = batched from 32 workers",
+                            SIM_GRADIENTS)
     # runtime -----------------------------------------------------------------
     run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
     overwrite: bool = _f(False, "start afresh in a run directory that holds another run, removing its "

@@ -146,9 +146,10 @@ def judge_training(run_dir: str, rejected: int, pushes: int, lost_losses: int = 
 
 
 def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats: dict,
-        data) -> tuple[int, int, int]:
+        data, gradients=None) -> tuple[int, int, int]:
     """Every role this process runs (`transport.ranks`, each with its log,
-    checkpointer and model) to the end; the run's (rejected pushes, pushes,
+    checkpointer and model) to the end (`gradients`: the simulator's
+    BatchedGradients, or None); the run's (rejected pushes, pushes,
     evaluating ranks whose last loss was not finite): what judge_training judges."""
     layout = plan.layout
     clients = layout.group_server_ranks or layout.worker_ranks   # who pushes to the servers
@@ -164,7 +165,8 @@ def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats
         # every rank its own paradigm, as every MPI rank
         paradigm = make_paradigm(plan.config, layout.workers)
         paradigm.set_iterations(plan.iterations)
-        contexts[rank] = ctx = Context(plan, level, Services(logs[rank], transport.clock, checkpointers[rank], table),
+        contexts[rank] = ctx = Context(plan, level, Services(logs[rank], transport.clock, checkpointers[rank], table,
+                                                                gradients),
                                        paradigm, rank, *layout.role(rank))
         ctx.checkpointer.begin(ctx)
     if layout.group_servers:   # a second level of servers (levels.py)
