@@ -33,6 +33,7 @@ class Plan:
     num_params: int
     sparse: bool                 # clients push top-k (a store then zeroes a slot once taken)
     loss_fn: Callable | None = None   # a user's loss(output, target) (mpips.train); None: cross-entropy
+    training_samples: int = 0        # of the data set (a round larger than them cannot train: announce)
 
 
 @dataclass(frozen=True)

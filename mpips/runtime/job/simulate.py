@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 
 import torch
 
@@ -29,7 +30,7 @@ from ...training.models import workload
 from ..layout import make_layout, ranks_for
 from ..recovery.checkpointer import NoCheckpoints
 from ..transport.local import LocalTransport, Network
-from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, run, versions
+from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, run, setup_phase, versions
 
 DEFAULT_DEVICE_TIME = "20ms"
 # --sim-gradients auto: batched from this many workers on. Below, a call
@@ -70,6 +71,8 @@ def simulate(config: Config, *, model=None, dataset=None, loss=None) -> str:
     torch.set_num_threads(config.torch_threads)
     config.run_dir = config.run_dir or default_run_dir(config)
     layout = make_layout(config, ranks_for(config))
+    if sys.stderr.isatty():   # (off a terminal its stderr holds only what went wrong, which scripts read)
+        setup_phase(config, 0, "reading the data and building the model")
     data, built, paradigm, ipe = prepare(config, layout, model=model, dataset=dataset)
     lock = own_run_dir(config.run_dir)    # last: bad input leaves no directory
     try:

@@ -93,6 +93,8 @@ class Server:
             if event:
                 ctx.log.event(ctx.now(), event.pop("kind", "control"), **event)
         ctx.checkpointer.maybe_request(ctx, view)
+        if self.evaluator is not None:
+            self.evaluator.report(ctx.table.latest)
 
     def halt(self) -> None:
         """Stop for the checkpoint every client stopped for (server 0 coordinates)."""
