@@ -160,7 +160,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     preemption.remember(*preemption.STOPS)
     from mpi4py import MPI
 
-    from .runtime.transport.mpi import allgather_within
+    from .runtime.transport.mpi import allgather_within, progress_interval
     from .runtime.transport.wait import SetupTimeout
 
     comm = MPI.COMM_WORLD if comm is None else comm
@@ -168,6 +168,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     if error is None:
         try:
             config = load(getattr(args, "config", None), {k: v for k, v in vars(args).items() if k not in _OWN})
+            progress_interval()   # MPIPS_PROGRESS_INTERVAL, checked with the settings
         except ConfigError as e:
             error = str(e)
     # A plugin or a file that only some ranks fail to read: every rank hears of it,
@@ -277,6 +278,7 @@ def cmd_ranks(args) -> int:
 
 
 def cmd_info(args) -> int:
+    from .analysis.placement import node_line
     from .io.log import LogError, RunLog
 
     try:
@@ -293,13 +295,15 @@ def cmd_info(args) -> int:
     if args.json:
         whole = log.completeness()
         print(json.dumps({**s, **{k: v for k, v in whole.items() if k not in ("complete", "reason")},
-                          "settings": shown}))
+                          "settings": shown, "placement": log.placement}))
         return code
     width = max(len(k) for k in [*s, *shown])
     for k, v in s.items():
         if isinstance(v, float):
             v = f"{v:.4g}"
         print(f"{k:<{width}}  {v}")
+    for i, (host, ranks) in enumerate(log.by_node().items()):   # the layout by node
+        print(f"{'placement' if i == 0 else '':<{width}}  {host}: {node_line(ranks)}")
     print("settings (those that differ from the defaults, and the learning rate, batch and seed):")
     for k, v in shown.items():
         print(f"  {k:<{width - 2}}  {v!r}" if isinstance(v, str) else f"  {k:<{width - 2}}  {v}")

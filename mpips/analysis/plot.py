@@ -13,8 +13,9 @@ Writes into the output directory:
   time_to_target.png    seconds to the target accuracy, a bar per setting (the
                         mean of its seeds, error bars their range) and cluster,
                         fastest first
-  timeline-RUN.png      per worker (per speed class beyond 16 workers): wait,
-                        pull, compute, emulated slowdown, push
+  timeline-RUN.png      per worker (per node or speed class beyond 16 workers):
+                        wait, pull, compute, emulated slowdown, push; a run
+                        on several nodes has its rows grouped by node
   dynamics-RUN.png      what the paradigm decided over time, where the log has
                         it: DSSP's r*, Sync-Switch's mode, LB-BSP's batch sizes,
                         VSGD's learning-rate scales, the servers' lr and
@@ -437,32 +438,66 @@ def segment_shares(rows: np.ndarray, edges: np.ndarray) -> dict[str, np.ndarray]
     return out
 
 
+def worker_nodes(log: RunLog) -> dict[int, str]:
+    """Each worker's host, where the run ran on several ({} otherwise:
+    the timeline then has no node to group by)."""
+    by_node = log.by_node()
+    if len(by_node) < 2:
+        return {}
+    return {r["index"]: host for host, ranks in by_node.items() for r in ranks if r["role"] == "worker"}
+
+
+def node_groups(log: RunLog) -> list[tuple[str, np.ndarray]]:
+    """The timeline's rows beyond TIMELINE_WORKERS workers on several
+    nodes: the workers of each node, as (label, workers), nodes in the
+    order of their first rank."""
+    nodes = worker_nodes(log)
+    hosts = list(dict.fromkeys(nodes.values()))
+    workers = [np.array(sorted(w for w, h in nodes.items() if h == host)) for host in hosts]
+    return [(f"{host} ({len(ws)} worker{'s' * (len(ws) > 1)})", ws) for host, ws in zip(hosts, workers)]
+
+
 def _draw_workers(ax, log: RunLog, lo: float, hi: float) -> list[str]:
-    """A Gantt row per worker; returns the rows' labels."""
+    """A Gantt row per worker, grouped by node where the run had several (a
+    line between nodes); returns the rows' labels."""
     it = log.iterations
-    workers = sorted(int(w) for w in np.unique(it["worker"]))
+    nodes = worker_nodes(log)
+    hosts = list(dict.fromkeys(nodes.values()))
+    workers = sorted((int(w) for w in np.unique(it["worker"])),
+                     key=lambda w: (hosts.index(nodes[w]) if w in nodes else 0, w))
+    row = {w: y for y, w in enumerate(workers)}
     factors = parse_slowdown(log.config.get("slowdown", ""))
     for w in workers:
         rows = it[it["worker"] == w]
         t = rows["start"].copy()
         for (_, fill, _), span in zip(SEGMENTS, _spans(rows).values()):
             keep = (t + span >= lo) & (t <= hi)
-            ax.broken_barh(list(zip(t[keep], span[keep])), (w - 0.35, 0.7), facecolors=fill)
+            ax.broken_barh(list(zip(t[keep], span[keep])), (row[w] - 0.35, 0.7), facecolors=fill)
             t = t + span
     for w, first, last, factor in straggler_spans(log):
-        ax.add_patch(plt.Rectangle((first, w - 0.5), last - first, 1.0, color="red", alpha=0.12, lw=0))
+        ax.add_patch(plt.Rectangle((first, row[w] - 0.5), last - first, 1.0, color="red", alpha=0.12, lw=0))
         if first < hi and last > lo:
-            ax.text(max(first, lo), w - 0.37, f" straggler x{factor:g}", color="red",
+            ax.text(max(first, lo), row[w] - 0.37, f" straggler x{factor:g}", color="red",
                     fontsize=7, va="bottom", clip_on=True)
-    return [f"worker {w}" + (f" (x{factors[w]:g})" if w < len(factors) else "") for w in workers]
+    for above, below in zip(workers, workers[1:]):
+        if nodes.get(above) != nodes.get(below):
+            ax.axhline(row[below] - 0.5, color="black", lw=0.8)
+    return [f"worker {w}" + (f" (x{factors[w]:g})" if w < len(factors) else "")
+            + (f" @ {nodes[w]}" if w in nodes else "") for w in workers]
+
+
+def _groups(log: RunLog) -> list[tuple[str, np.ndarray]]:
+    """The rows of a timeline of many workers: one per node where the run
+    had several, else one per speed class."""
+    return node_groups(log) if worker_nodes(log) else speed_classes(log)
 
 
 def _draw_classes(ax, log: RunLog, lo: float, hi: float) -> list[str]:
-    """A row per speed class: the mean share of each time bin its workers
+    """A row per node or speed class (`_groups`): the mean share of each time bin its workers
     spent in each segment, stacked (white: untimed, or finished); red
     along a row's top: a worker of the class straggling. Returns the labels."""
     it = log.iterations
-    classes = speed_classes(log)
+    classes = _groups(log)
     edges = np.linspace(lo, hi, TIMELINE_BINS + 1)
     spans = straggler_spans(log)
     for y, (_, workers) in enumerate(classes):
@@ -494,19 +529,22 @@ def _draw_timeline(ax, log: RunLog, lo: float, hi: float, per_worker: bool) -> N
 def timeline_figure(log: RunLog, path: str, window: tuple[float, float] | None = None) -> str:
     """Gantt chart, one row per worker, each iteration split into wait, pull,
     compute, emulated slowdown and push; transient stragglers shaded red.
-    Beyond TIMELINE_WORKERS workers, a row per speed class instead
+    Rows grouped by node where the run had several. Beyond
+    TIMELINE_WORKERS workers, a row per node or speed class instead
     (`_draw_classes`), so that a thousand workers stay readable. Top: the
     whole run; bottom: a window where single iterations show."""
     it = log.iterations
     lo, hi = window or default_window(log)
     workers = len(np.unique(it["worker"]))
     per_worker = workers <= TIMELINE_WORKERS
-    rows = workers if per_worker else len(speed_classes(log))
+    rows = workers if per_worker else len(_groups(log))
     panel = min(0.65 * rows, 7.5)   # inches: at most ~1,950 px in all
     fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 2.6 + 2 * panel), layout="constrained")
     _draw_timeline(whole, log, 0.0, float(_ends(it).max()), per_worker)
     whole.axvspan(lo, hi, color="black", alpha=0.08, lw=0)
-    rows_are = "worker" if per_worker else "speed class (mean share of each time bin)"
+    grouped = "node" if worker_nodes(log) else "speed class"
+    rows_are = (f"worker{', by node' if grouped == 'node' else ''}" if per_worker
+                else f"{grouped} (mean share of each time bin)")
     whole.set_title(_title(f"{log.name}: {run_label(log)}, {heterogeneity(log.config, short=True)}, "
                            f"{workers} workers, a row per {rows_are} (whole run; shaded: the window below)",
                            150), fontsize=10)

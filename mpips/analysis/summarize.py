@@ -28,12 +28,14 @@ import pandas as pd
 from ..io.log import RunLog
 from ..training.emulation import format_slowdown, parse_slowdown
 from ..validate import number_in
+from .placement import nodes_label
 
 # (key, header, format) of the table's columns, in order; `{target}` is filled in.
 COLUMNS = [
     ("run", "run", "s"),
     ("paradigm", "paradigm", "s"),
     ("layout", "S+G+W", "s"),
+    ("nodes", "nodes", "s"),
     ("workload", "model on data", "s"),
     ("heterogeneity", "heterogeneity", "s"),
     ("settings", "settings", "s"),
@@ -58,10 +60,10 @@ NUMERIC = ["time_to_target", "epochs_to_target", "final_accuracy", "best_accurac
            "updates_per_second", "samples_per_second", "mean_wait_fraction", "mean_staleness",
            "max_staleness", "bytes_sent"]
 # A mean pools the runs alike in all of these: their settings but the seed.
-GROUP_BY = ("paradigm", "layout", "workload", "heterogeneity", "clock", "settings")
+GROUP_BY = ("paradigm", "layout", "nodes", "workload", "heterogeneity", "clock", "settings")
 # Identify the runs rather than measure them: a compacted text table shows those
 # every row shares in one line under the table.
-DESCRIPTIVE = ("paradigm", "layout", "workload", "heterogeneity", "settings", "clock")
+DESCRIPTIVE = ("paradigm", "layout", "nodes", "workload", "heterogeneity", "settings", "clock")
 WIDTH = 160   # characters: a terminal's width, about
 CELL = 40     # characters: a longer cluster is given in a short form in titles
 MIN_CELL = 12   # characters a compacted table narrows a text column to, at the most
@@ -203,6 +205,7 @@ def run_row(log: RunLog, target: float) -> dict:
         "run": log.name,
         "paradigm": run_label(log),
         "layout": layout_label(log.layout),
+        "nodes": nodes_label(log.by_node()),
         "workload": workload(log),
         "heterogeneity": heterogeneity(log.config),
         "clock": clock(log),

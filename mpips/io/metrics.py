@@ -51,6 +51,7 @@ def summary(log) -> dict[str, Any]:
         "reason": whole["reason"],
         "servers": log.layout["servers"],
         "workers": log.layout["workers"],
+        "nodes": len(log.by_node()) or None,
         "epochs": log.config["epochs"],
         "final_accuracy": float(ev["accuracy"][-1]) if len(ev) else None,
         "best_accuracy": float(ev["accuracy"].max()) if len(ev) else None,

@@ -323,6 +323,21 @@ class RunLog:
                 out.append({"time": float(t), "rank": int(rank), "kind": k, **d})
         return sorted(out, key=lambda e: e["time"])
 
+    @property
+    def placement(self) -> list[dict] | None:
+        """Each rank's host and role (rank, host, role, index), in rank order,
+        of the run's latest segment; None where unknown (a simulated run, an
+        older log)."""
+        return self.layout.get("placement")
+
+    def by_node(self) -> dict[str, list[dict]]:
+        """The placement grouped by host, hosts in the order of their first
+        rank ({} where unknown)."""
+        nodes: dict[str, list[dict]] = {}
+        for rank in self.placement or ():
+            nodes.setdefault(rank["host"], []).append(rank)
+        return nodes
+
     def final_params(self) -> np.ndarray | None:
         return self._final
 

@@ -120,6 +120,12 @@ class RankLog:
         if time.monotonic() > self._next_flush:
             self.flush()
 
+    def flush_if_due(self) -> None:
+        """Flush if `flush_seconds` passed since the last flush and rows wait
+        (a rank that waits long keeps what it logged before on disk)."""
+        if time.monotonic() > self._next_flush and any(b.n for b in self._buffers.values()):
+            self.flush()
+
     def event(self, now: float, kind: str, **data: Any) -> None:
         self.row("events", time=now, rank=self.rank, kind=kind, data=json.dumps(data, default=_json_default))
 

@@ -34,6 +34,7 @@ class Plan:
     sparse: bool                 # clients push top-k (a store then zeroes a slot once taken)
     loss_fn: Callable | None = None   # a user's loss(output, target) (mpips.train); None: cross-entropy
     training_samples: int = 0        # of the data set (a round larger than them cannot train: announce)
+    hosts: tuple[str, ...] = ()      # each world rank's host, MPI's (the simulator's ranks have none)
 
 
 @dataclass(frozen=True)
@@ -87,13 +88,32 @@ class Context:
 
     @functools.cached_property
     def name(self) -> str:
-        return f"rank {self.rank} ({self.role} {self.index})"
+        return f"rank {self.rank} ({self.role} {self.index}){self._on(self.rank)}"
+
+    def _on(self, rank: int) -> str:
+        hosts = self.plan.hosts
+        return f" on {hosts[rank]}" if len(set(hosts)) > 1 else ""
+
+    def rank_name(self, rank: int) -> str:
+        """'rank 4', with its host where the run has several: 'rank 4 on node3'
+        (a stall across nodes names the node, a lost one's ranks)."""
+        return f"rank {rank}{self._on(rank)}"
 
     def view(self):
         return self.table.view(self.table.read(), self.now())
 
     def wait(self, ready, *, what: str, describe, due=None, changed=None) -> float:
-        return self.clock.wait_until(ready, what=f"{self.name}: {what}", describe=describe,
+        log = self.log
+
+        def ready_or_flush() -> bool:
+            # a long wait leaves the rows logged before it on disk: a job that
+            # ends in a stall (a node or its link lost) keeps them
+            if ready():
+                return True
+            log.flush_if_due()
+            return False
+
+        return self.clock.wait_until(ready_or_flush, what=f"{self.name}: {what}", describe=describe,
                                      warn=self.config.stall_warn, timeout=self.config.stall_timeout,
                                      due=due, changed=changed)
 
@@ -118,8 +138,8 @@ class Context:
                                                  f"{level.clients} {j}")
             if not behind:   # all its pushes applied: the worker itself is behind
                 extra = ", done" if rows[j, W.DONE] else ""
-                parts.append(f"{level.clients} {j} = rank {level.client_ranks[j]} (clock {clock}{extra})")
-        parts += [f"{level.servers} {s} = rank {level.server_ranks[s]} (applied {', '.join(what)})"
+                parts.append(f"{level.clients} {j} = {self.rank_name(level.client_ranks[j])} (clock {clock}{extra})")
+        parts += [f"{level.servers} {s} = {self.rank_name(level.server_ranks[s])} (applied {', '.join(what)})"
                   for s, what in sorted(lagging.items())]
         return "; ".join(parts) if parts else "nothing (condition not met)"
 
@@ -137,7 +157,7 @@ class Context:
         def describe():
             ranks = self.store.world_server_ranks
             counts = taken()
-            return "; ".join(f"server {s} = rank {ranks[s]} (took {int(counts[s])} of {pushed} pushes)"
+            return "; ".join(f"server {s} = {self.rank_name(ranks[s])} (took {int(counts[s])} of {pushed} pushes)"
                              for s in np.flatnonzero(counts < pushed))
 
         return self.wait(lambda: bool((taken() >= pushed).all()),

@@ -56,6 +56,11 @@ class Layout:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def placement(self, hosts: list[str]) -> list[dict]:
+        """Each rank's host and role, in rank order (run.h5's layout keeps it)."""
+        return [dict(zip(("rank", "host", "role", "index"), (rank, host, *self.role(rank))))
+                for rank, host in enumerate(hosts)]
+
 
 NOT_LAUNCHED = ("a job runs one process per rank, and this is one process: start it under a launcher, "
                 "`mpirun -n $(mpips ranks --workers N ...) mpips train --workers N ...` (`mpips ranks` counts "

@@ -348,3 +348,19 @@ def test_a_view_field_declares_the_cells_it_reads():
     untouched = view.cells([1])
     _ = view.steps, view.mine   # reading them declares their cells
     assert view.cells([1]) == untouched + [table.server_offset(0, S.STEPS), table.server_offset(1, S.STEPS)]
+
+
+def test_the_progress_interval_is_seconds_or_off(monkeypatch):
+    """MPIPS_PROGRESS_INTERVAL (transport.mpi.ProgressThread): seconds, 0 for
+    no thread; anything else a one-line error naming it."""
+    from mpips.runtime.transport.mpi import PROGRESS_INTERVAL, progress_interval
+
+    monkeypatch.delenv("MPIPS_PROGRESS_INTERVAL", raising=False)
+    assert progress_interval() == PROGRESS_INTERVAL
+    for text, value in (("0", 0.0), ("5e-4", 5e-4)):
+        monkeypatch.setenv("MPIPS_PROGRESS_INTERVAL", text)
+        assert progress_interval() == value
+    for bad in ("fast", "-1", "2", "nan"):
+        monkeypatch.setenv("MPIPS_PROGRESS_INTERVAL", bad)
+        with pytest.raises(ConfigError, match="MPIPS_PROGRESS_INTERVAL"):
+            progress_interval()

@@ -106,8 +106,10 @@ def announce(plan: Plan, segment: int, versions: dict, trains: dict, *, run_id: 
               else f"{plan.iterations} iterations per worker")
     if too_short(plan):
         print(f"mpips: warning: {too_short(plan)}", file=sys.stderr, flush=True)
+    nodes = len({rank["host"] for rank in more.get("placement", ())})
     print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
           f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
+          f"{f' on {nodes} nodes' if nodes > 1 else ''}"
           f" | {trains['model']} on {trains['dataset']} ({plan.num_params} parameters) | {budget}"
           f" | run {plan.run_dir}", flush=True)
 

@@ -3,6 +3,7 @@ role over MPI (mpi_transport.py) with the one assembler (assemble.py)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -96,6 +97,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
     precise_sleeps()
     rank, size = transport.rank, transport.size
     layout = _agree(transport, "the layout", lambda: make_layout(config, size))
+    transport.name_ranks(layout.placement(transport.hosts))
     if rank == 0 and roles_note(layout, derived=not config.workers):
         print(roles_note(layout, derived=True), file=sys.stderr, flush=True)
     config = config.with_workers(layout.workers)
@@ -122,7 +124,8 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
     setup_phase(config, rank, "warming up the workers, allocating the windows")
     if role == WORKER:
         warm_up(flat, data, config.batch_size, loss)
-    plan = make_plan(config, layout, paradigm, len(data.y_train), ipe, flat.n, loss)
+    plan = dataclasses.replace(make_plan(config, layout, paradigm, len(data.y_train), ipe, flat.n, loss),
+                               hosts=tuple(transport.hosts))
     # A run directory holding a checkpoint of this run: go on from it (mpips/runtime/recovery/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n, plan.iterations)
     found = _agree(transport, "looking for a checkpoint",
@@ -137,9 +140,10 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
         transport.blocking("set-up (the run directory made)", transport.comm.Barrier)   # before anyone opens a file in it
         log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
                       segment=segment, writers=size, run_id=run_id)
+        transport.watchdog.before_abort.append(log.flush)   # a lost node's stall keeps what was logged
         if rank == 0:
             announce(plan, segment, versions(transport.library()), workload(config, data, user_model, model),
-                     run_id=run_id)
+                     run_id=run_id, placement=layout.placement(transport.hosts))
         try:
             counts = run(transport, plan, {rank: log}, {rank: checkpointer}, {rank: flat}, data)
         except (Preempted, DiskFullAtCheckpoint) as e:

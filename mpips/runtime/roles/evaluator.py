@@ -129,7 +129,7 @@ class Evaluator:
             def describe():
                 rows = ctx.table.server_rows(ctx.table.read())
                 ranks = ctx.layout.server_ranks
-                return "; ".join(f"server {s} = rank {ranks[s]} (pushes applied {int(rows[s, S.PUSHES])})"
+                return "; ".join(f"server {s} = {ctx.rank_name(ranks[s])} (pushes applied {int(rows[s, S.PUSHES])})"
                                  for s in np.flatnonzero(rows[:, S.DONE] == 0))
 
             ctx.checkpointer.wait(ctx, ready, what="evaluator waiting for the servers", describe=describe,

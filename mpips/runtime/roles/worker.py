@@ -285,7 +285,7 @@ class Worker:
         def describe():
             steps = ctx.table.server_rows(ctx.table.read())[:, S.STEPS]
             ranks = ctx.layout.server_ranks
-            return ", ".join(f"server {s} = rank {ranks[s]} (step {int(begun[s])} begun, "
+            return ", ".join(f"server {s} = {ctx.rank_name(ranks[s])} (step {int(begun[s])} begun, "
                              f"{int(steps[s])} published)"
                              for s in np.flatnonzero(steps < begun))
 

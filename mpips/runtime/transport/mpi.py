@@ -10,14 +10,16 @@ is laid out and summed is state.py.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 from mpi4py import MPI
 
+from ...config import ConfigError
 from ..state import SlotRows, TableLayout, shard_bounds, sum_slots
 from .protocols import LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
@@ -106,6 +108,65 @@ def allgather_within(comm, value, *, what: str, warn: float, timeout: float, nam
     return answer[0]
 
 
+class Unwatched:
+    """The watchdog of windows made outside a job (tests, benchmarks): none."""
+
+    def begin(self, what: str, targets: tuple[int, ...]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+UNWATCHED = Unwatched()
+
+
+class Watchdog(Unwatched):
+    """Ends the job when one of this rank's one-sided operations has not
+    completed within the stall timeout. A Get or a Flush aimed at a node
+    that is gone, or behind a link that is down with every process alive,
+    blocks inside MPI, where no wait of ours can time it out (TCP gives up
+    after many minutes). Each operation is `begin` ... `end` (two stores);
+    a thread looks once a second. Past the timeout it runs `before_abort`
+    (the rank's log flushed: the rank is inside MPI, not writing it), says
+    which operation waited on which ranks and hosts, and calls `abort`."""
+
+    def __init__(self, timeout: float, name: Callable[[int], str], abort: Callable[[], object], *,
+                 me: Callable[[], str]):
+        self.timeout, self._name, self._abort, self._me = timeout, name, abort, me
+        self.before_abort: list = []
+        self._since, self._what = 0.0, ""
+        self._targets: tuple[int, ...] = ()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpips-watchdog", daemon=True)
+        self._thread.start()
+
+    def begin(self, what: str, targets: tuple[int, ...]) -> None:
+        self._what, self._targets = what, targets
+        self._since = time.monotonic()
+
+    def end(self) -> None:
+        self._since = 0.0
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(1.0, self.timeout / 10)):
+            since = self._since
+            if since and time.monotonic() - since > self.timeout:
+                for hook in self.before_abort:
+                    try:
+                        hook()
+                    except Exception:  # noqa: BLE001 - the job ends whatever a hook met
+                        pass
+                print(f"mpips: error: {self._me()}: {self._what} on {', '.join(map(self._name, self._targets))} "
+                      f"did not complete within {self.timeout:g}s (stall_timeout): a node or the network "
+                      f"to it is lost", file=sys.stderr, flush=True)
+                self._abort()
+
+    def free(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 class ParameterWindows(SlotRows):
     """The flat parameter vector, sharded; pull with `Get`, push with `Put`
     into the pusher's own gradient slot.
@@ -131,8 +192,9 @@ class ParameterWindows(SlotRows):
     """
 
     def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
-                 clients=None, sparse: bool = False, world_server_ranks=None):
+                 clients=None, sparse: bool = False, world_server_ranks=None, watchdog: Unwatched = UNWATCHED):
         self.comm = comm
+        self._watch = watchdog
         self.server_ranks = list(server_ranks)
         # for messages: the servers' world ranks (a GSSP group's comm numbers its own)
         self.world_server_ranks = list(world_server_ranks or server_ranks)
@@ -142,6 +204,7 @@ class ParameterWindows(SlotRows):
             clients = comm.Get_size() - len(self.server_ranks)
         super().__init__(range(clients) if isinstance(clients, (int, np.integer)) else clients)
         self.sparse = sparse
+        self._servers = tuple(self.world_server_ranks)
         rank = comm.Get_rank()
         mine = self.server_ranks.index(rank) if rank in self.server_ranks else None
         count = self.bounds[mine][1] - self.bounds[mine][0] if mine is not None else 0
@@ -161,10 +224,12 @@ class ParameterWindows(SlotRows):
     # worker side ------------------------------------------------------------
     def pull(self, out: np.ndarray) -> None:
         """Read every shard into `out` (float32, length n)."""
+        self._watch.begin("a pull of the parameters", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
                 self._param_win.Get([out[lo:hi], MPI.FLOAT], rank, (0, hi - lo, MPI.FLOAT))
         self._param_win.Flush_all()
+        self._watch.end()
 
     # an evaluation's read: a Get like any pull (the simulator's takes no virtual time)
     observe = pull
@@ -175,6 +240,7 @@ class ParameterWindows(SlotRows):
         summed in the order of `key`, then of rows. The slot must be free
         (every server took the row's earlier pushes)."""
         k = self.slot(row)
+        self._watch.begin("a push of a gradient", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
                 self._grad_win.Put([grad[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
@@ -189,6 +255,7 @@ class ParameterWindows(SlotRows):
         if not self.sparse:
             raise RuntimeError("push_sparse into a ParameterWindows made without sparse=True")
         k = self.slot(row)
+        self._watch.begin("a push of a sparse gradient", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
             if b > a:
@@ -207,6 +274,7 @@ class ParameterWindows(SlotRows):
         for rank in self.server_ranks:
             self._head_win.Put([self._head, MPI.INT64_T], rank, (2 * k, 2, MPI.INT64_T))
         self._head_win.Flush_all()
+        self._watch.end()   # (begun by the push)
 
     # server side ------------------------------------------------------------
     def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
@@ -264,10 +332,12 @@ class ControlWindow(TableLayout):
     view and its paradigm's decisions (benchmarks/results/overhead.md).
     """
 
-    def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int):
+    def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int, *,
+                 world_home: int | None = None, watchdog: Unwatched = UNWATCHED):
         super().__init__(workers, servers)
         self.comm = comm
         self.home = home
+        self._watch, self._home = watchdog, (home if world_home is None else world_home,)
         count = self.size + 1 if comm.Get_rank() == home else 0
         self._win, _ = _allocate(comm, count, np.float64)
         comm.Barrier()
@@ -278,16 +348,20 @@ class ControlWindow(TableLayout):
 
     def read(self) -> np.ndarray:
         """One consistent-enough copy of the whole table (each slot atomic)."""
+        self._watch.begin("a read of the control table", self._home)
         self._win.Get([self._seen, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE))
         self._win.Flush(self.home)
         self._win.Get([self.latest, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
         self._win.Flush(self.home)
+        self._watch.end()
         return self.latest.copy()
 
     def changed(self) -> bool:
         """Whether anything was written since the last `read`."""
+        self._watch.begin("a read of the control table's count", self._home)
         self._win.Get([self._count, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE))
         self._win.Flush(self.home)
+        self._watch.end()
         return bool(self._count[0] != self._seen[0])
 
     def is_home(self) -> bool:
@@ -298,10 +372,12 @@ class ControlWindow(TableLayout):
 
     def write(self, offset: int, values) -> None:
         vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
+        self._watch.begin("a write to the control table", self._home)
         self._win.Accumulate([vals, MPI.DOUBLE], self.home, (offset, len(vals), MPI.DOUBLE), MPI.REPLACE)
         self._win.Flush(self.home)   # the values first, then the count (accumulate_ordering none)
         self._win.Accumulate([self._one, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE), MPI.SUM)
         self._win.Flush(self.home)
+        self._watch.end()
 
     def add(self, offset: int, value: float) -> float:
         """Atomic fetch-and-add; returns the value before. For counters that
@@ -310,13 +386,65 @@ class ControlWindow(TableLayout):
         again when it changes (local.LocalControlTable.add), and a poll
         skips its check where nothing else was written (`changed`)."""
         result = np.zeros(1)
+        self._watch.begin("a fetch-and-add on the control table", self._home)
         self._win.Fetch_and_op([np.full(1, value, np.float64), MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
         self._win.Flush(self.home)
+        self._watch.end()
         return float(result[0])
 
     def free(self) -> None:
         self._win.Unlock_all()
         self._win.Free()
+
+
+# Seconds between the calls of a ProgressThread: a one-sided operation aimed
+# at its rank waits about this long for it, and the thread costs its rank a
+# few percent of a core (it sleeps in between). MPIPS_PROGRESS_INTERVAL
+# changes it, 0 turns the threads off (an MPI whose one-sided operations
+# progress by themselves, RDMA hardware).
+PROGRESS_INTERVAL = 100e-6
+
+
+def progress_interval() -> float:
+    """PROGRESS_INTERVAL, or MPIPS_PROGRESS_INTERVAL's seconds (0: no thread)."""
+    text = os.environ.get("MPIPS_PROGRESS_INTERVAL")
+    if text is None:
+        return PROGRESS_INTERVAL
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise ConfigError("MPIPS_PROGRESS_INTERVAL", text, "seconds between progress calls, >= 0 and < 1 (0: none)")
+    return value
+
+
+class ProgressThread:
+    """Keeps MPI progressing on a rank that others reach one-sidedly (a
+    server: its windows), whatever the rank itself is doing (applying,
+    logging, sleeping in a wait). Across nodes without RDMA hardware a Get,
+    Put or Accumulate aimed at a rank completes only when that rank calls
+    MPI (Open MPI: osc/rdma over the TCP btl; MPICH: its atomics), and a
+    server that sleeps a millisecond between polls held every worker's
+    operations that long, many times an iteration (docs/multinode.md). The
+    thread calls `Iprobe` on a communicator of its own every
+    PROGRESS_INTERVAL seconds and sleeps in between: no spinning, ranks may
+    share cores. Needs MPI_THREAD_MULTIPLE (mpi4py's default)."""
+
+    def __init__(self, comm: MPI.Intracomm, interval: float = PROGRESS_INTERVAL):
+        self._comm, self._interval = comm, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpips-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._comm.Iprobe()
+            time.sleep(self._interval)
+
+    def free(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class MPITransport:
@@ -341,6 +469,23 @@ class MPITransport:
         self._made: list = []        # windows and communicators, freed by close()
         # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
         self._failures = self.blocking("set-up (a window's allocation)", lambda: ControlWindow(self.comm, 0, 0, 0))
+        #: every rank's host (MPI's processor name), in rank order
+        self.hosts: list[str] = self.allgather(MPI.Get_processor_name(), what="set-up (every rank's host)")
+        #: every rank as messages name it (name_ranks adds its role once the layout is known)
+        self.names = [f"rank {r} on {host}" for r, host in enumerate(self.hosts)]
+        self.watchdog = Watchdog(timeout, lambda r: self.names[r], lambda: self.comm.Abort(1 if self.started else 2),
+                                 me=lambda: self.names[self.rank])
+        # a job across nodes: a communicator for the servers' progress threads (ProgressThread)
+        self._progress_interval = progress_interval()
+        self._progress_comm = (self.blocking("set-up (a communicator's duplication)", self.comm.Dup)
+                               if len(set(self.hosts)) > 1 and self._progress_interval > 0
+                               and MPI.Query_thread() == MPI.THREAD_MULTIPLE else None)
+        self._progress: ProgressThread | None = None
+
+    def name_ranks(self, placement: list[dict]) -> None:
+        """Messages name a rank with its role and host: 'rank 3 (worker 2) on node2'."""
+        self.names = [f"rank {p['rank']} ({p['role'].replace('_', ' ')} {p['index']}) on {p['host']}"
+                      for p in placement]
 
     def blocking(self, what: str, call):
         """call(), one of MPI's blocking collectives. Past the stall timeout
@@ -408,9 +553,12 @@ class MPITransport:
         spec = specs[mine[0]]
         local = [spec.members.index(r) for r in spec.servers]
         store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse,
-                                 world_server_ranks=spec.servers)
-        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers))
+                                 world_server_ranks=spec.servers, watchdog=self.watchdog)
+        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers), world_home=spec.servers[0],
+                              watchdog=self.watchdog)
         self._made += [store, table]
+        if rank in spec.servers and self._progress_comm is not None and self._progress is None:
+            self._progress = ProgressThread(self._progress_comm, self._progress_interval)
         return {rank: (store, table)}
 
     def each(self, work: dict) -> np.ndarray:
@@ -439,8 +587,15 @@ class MPITransport:
 
     def close(self) -> None:
         """Free the levels' windows and communicators, the last made first."""
+        if self._progress is not None:   # before its windows go
+            self._progress.free()
+            self._progress = None
+        self.watchdog.free()
+
+        made = ([self._progress_comm] if self._progress_comm is not None else []) + [self._failures] + self._made
+
         def free():
-            for made in reversed(self._made + [self._failures]):
-                made.free() if hasattr(made, "free") else made.Free()
+            for one in reversed(made):
+                one.free() if hasattr(one, "free") else one.Free()
         self.blocking("freeing the windows", free)
-        self._made = []
+        self._made, self._progress_comm = [], None

@@ -273,6 +273,8 @@ def test_control_table_fetch_and_add_is_atomic():
 def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     """A push whose earlier one no server took yet waits (flow control), and
     after stall_timeout fails naming the server and its count."""
+    from types import SimpleNamespace
+
     from mpi4py import MPI
 
     from mpips.config import load
@@ -289,7 +291,8 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     plan = Plan(config, Layout(1, 0, workers), run_dir="", iterations=1, iterations_per_epoch=1, epochs=1.0,
                 total_samples=0, num_params=N, sparse=False)
     level = Level(store, table, client_ranks=tuple(range(1, size)), server_ranks=(0,), epoch_pushes=workers)
-    ctx = Context(plan, level, Services(None, WallClock(), None, table), None, rank,
+    no_log = SimpleNamespace(flush_if_due=lambda: None)   # (nothing logged: nothing to flush while waiting)
+    ctx = Context(plan, level, Services(no_log, WallClock(), None, table), None, rank,
                   "worker" if rank else "server", max(rank - 1, 0))
     if rank == 1:
         assert ctx.wait_for_slot(0, 0) == 0.0            # the first push never waits
