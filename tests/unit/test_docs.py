@@ -1,7 +1,6 @@
 """The README's configuration table and the log schema document stay complete;
 the documents name only files of the repository and flags that exist."""
 import argparse
-import dataclasses
 import os
 import re
 import subprocess
@@ -9,7 +8,7 @@ import sys
 
 import pytest
 
-from mpips.config import Config
+from mpips.config import SHARED
 from mpips.io.log import TABLES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -22,7 +21,7 @@ def read(name):
 
 def test_readme_documents_every_setting():
     readme = read("README.md")
-    missing = [f.name for f in dataclasses.fields(Config) if f"| `{f.name}` |" not in readme]
+    missing = [name for name in SHARED if f"| `{name}` |" not in readme]
     assert not missing, f"README configuration table lacks {missing}"
 
 
@@ -141,7 +140,8 @@ def test_the_conda_environment_lists_every_dependency():
     cfg.read(os.path.join(ROOT, "setup.cfg"))
     needed = {re.split(r"[<>=!\s]", line.strip())[0] for key in ("install_requires",)
               for line in cfg["options"][key].splitlines() if line.strip()}
-    needed |= {line.strip() for line in cfg["options.extras_require"]["test"].splitlines() if line.strip()}
+    needed |= {re.split(r"[<>=!\s]", line.strip())[0] for line in cfg["options.extras_require"]["test"].splitlines()
+               if line.strip() and not line.strip().startswith("#")}
     with open(os.path.join(ROOT, "environment.yml")) as fh:
         dependencies = yaml.safe_load(fh)["dependencies"]
     from_pip = [d for entry in dependencies if isinstance(entry, dict) for d in entry.get("pip", [])]
@@ -149,3 +149,12 @@ def test_the_conda_environment_lists_every_dependency():
     assert "pytorch" in listed   # torch, which setup.cfg leaves to the user (pinned first)
     missing = sorted(needed - listed)
     assert not missing, f"environment.yml lacks {missing} (setup.cfg's dependencies)"
+
+
+def test_the_paradigms_settings_table_is_made_from_their_options():
+    from mpips.paradigms import options_markdown
+
+    doc = read("docs/paradigms.md")
+    start, end = "<!-- generated: options_markdown -->\n", "<!-- end generated -->"
+    assert doc[doc.index(start) + len(start):doc.index(end)] == options_markdown(), \
+        "docs/paradigms.md's settings table is stale: paste options_markdown()'s output"

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from mpips.config import Config, ConfigError
+from mpips.heterogeneity import parse_stragglers
 from mpips.io.log import RankLog, RunLog, time_to_target, write_run_end, write_run_header
 from mpips.runtime.transport.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
-from mpips.training.emulation import Slowdown, parse_stragglers
+from mpips.training.emulation import Slowdown
 
 
 def log_row(log, table: str, *values) -> None:
@@ -294,3 +295,27 @@ def test_a_view_field_declares_the_cells_it_reads():
     untouched = view.cells([1])
     _ = view.steps, view.mine   # reading them declares their cells
     assert view.cells([1]) == untouched + [table.server_offset(0, S.STEPS), table.server_offset(1, S.STEPS)]
+
+
+def test_a_simulated_stores_pending_pushes_come_back_from_a_copy():
+    """The simulator's store keeps the ParameterStore protocol whole: a
+    server's slots and heads as a checkpoint would copy and restore them."""
+    from mpips.runtime.layout import Layout
+    from mpips.runtime.transport.local import LocalTransport, Network
+    from mpips.runtime.transport.protocols import LevelSpec
+
+    transport = LocalTransport(Layout(1, 0, 2), Network(0.0, 1e9, 0.0, 0))
+    handles = transport.level([LevelSpec(members=(0, 1, 2), servers=(0,), table_rows=2, slot_rows=(0, 1))],
+                              n=4, sparse=False)
+    server, client = handles[0].store, handles[2].store
+
+    def push():
+        client.push(np.arange(4, dtype=np.float32), row=1, number=1, key=7)
+
+    transport.run({2: push}, 0.0)
+    kept = server.pending()
+    assert kept["slots"][1].tolist() == [0, 1, 2, 3] and kept["heads"].tolist() == [[0, 0], [1, 7]]
+    server.restore_pending({"slots": np.zeros((2, 4), np.float32), "heads": np.zeros((2, 2), np.int64)})
+    assert not server.pending()["slots"].any()
+    server.restore_pending(kept)
+    assert server.pending()["heads"].tolist() == [[0, 0], [1, 7]]

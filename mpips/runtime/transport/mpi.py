@@ -5,21 +5,23 @@ The one module of mpips that imports mpi4py.
 Two classes own windows (after mpi4py.util.sync), `ParameterWindows` and
 `ControlWindow`, all made with `Win.Allocate` (docs/environment.md:
 `Win.Create` does not progress); every rank holds one `Lock_all` epoch on
-them for the whole run, completing operations with `Flush`. How the state
-is laid out and summed is state.py.
+them for the whole run, completing operations with `Flush`. Each is a
+context manager whose `free()` (collective) ends it: a later use is a
+`Freed` error naming it, not a call on a freed MPI handle. How the state is
+laid out and summed is state.py.
 """
 from __future__ import annotations
 
 import sys
 import threading
 import time
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 from mpi4py import MPI
 
 from ..state import SlotRows, TableLayout, shard_bounds, sum_slots
-from .protocols import LevelSpec
+from .protocols import EveryRank, LevelHandles, LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
 
 _UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)
@@ -42,7 +44,42 @@ def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarr
 
 
 
-def allgather_within(comm, value, *, what: str, warn: float, timeout: float, name=str) -> list:
+class Freed(RuntimeError):
+    """A window (or the transport) used after it was freed."""
+
+
+class _Gone:
+    """Stands for a freed window: any use is a Freed error naming its owner."""
+
+    def __init__(self, owner: str):
+        self.owner = owner
+
+    def __getattr__(self, name: str):
+        raise Freed(f"{self.owner} used after free() ({name})")
+
+
+class _Windows:
+    """Owns windows (`_wins`: attribute names): `free()` unlocks and frees
+    them, collectively, once; after it each name is a `_Gone`."""
+
+    _wins: tuple[str, ...] = ()
+
+    def free(self) -> None:
+        for name in self._wins:
+            win = getattr(self, name)
+            if not isinstance(win, _Gone):
+                win.Unlock_all()
+                win.Free()
+                setattr(self, name, _Gone(type(self).__name__))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+
+def allgather_within(comm, value, *, what: str, warn: float, timeout: float, name: Callable[[int], str] = str) -> list:
     """Every rank's `value`, in rank order, on every rank; SetupTimeout naming
     the ranks that did not arrive within `timeout` seconds (`name(rank)`: how
     to call one).
@@ -106,7 +143,7 @@ def allgather_within(comm, value, *, what: str, warn: float, timeout: float, nam
     return answer[0]
 
 
-class ParameterWindows(SlotRows):
+class ParameterWindows(SlotRows, _Windows):
     """The flat parameter vector, sharded; pull with `Get`, push with `Put`
     into the pusher's own gradient slot.
 
@@ -129,6 +166,8 @@ class ParameterWindows(SlotRows):
     `sparse`: clients may `push_sparse` (top-k): a server then zeroes each
     slot after taking it, so a sparse `Put` lands on zeros.
     """
+
+    _wins = ("_param_win", "_grad_win", "_head_win")
 
     def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
                  clients=None, sparse: bool = False, world_server_ranks=None):
@@ -194,10 +233,12 @@ class ParameterWindows(SlotRows):
             if b > a:
                 local = (indices[a:b] - lo + k * (hi - lo)).astype(np.int32)
                 dtype = MPI.FLOAT.Create_indexed_block(1, local.tolist()).Commit()
-                self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
-                                   rank, (0, 1, dtype))
-                self._grad_win.Flush(rank)
-                dtype.Free()
+                try:
+                    self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
+                                       rank, (0, 1, dtype))
+                    self._grad_win.Flush(rank)
+                finally:
+                    dtype.Free()
         self._announce(k, number, key)
 
     def _announce(self, k: int, number: int, key: int) -> None:
@@ -244,19 +285,16 @@ class ParameterWindows(SlotRows):
         self._grad_win.Sync()
         self._head_win.Sync()
 
-    def free(self) -> None:
-        for win in (self._param_win, self._grad_win, self._head_win):
-            win.Unlock_all()
-            win.Free()
 
-
-class ControlWindow(TableLayout):
+class ControlWindow(TableLayout, _Windows):
     """Per-worker and per-server counters in one float64 window on server 0.
 
     Each slot has one writer (a worker its row, a server its row), so writes
     are plain `Accumulate(REPLACE)` without locks; readers take the whole
     table with one `Get` (a few hundred bytes).
     """
+
+    _wins = ("_win",)
 
     def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int):
         super().__init__(workers, servers)
@@ -277,9 +315,6 @@ class ControlWindow(TableLayout):
     def is_home(self) -> bool:
         return self.comm.Get_rank() == self.home
 
-    def gate_answered(self, view, gate) -> None:
-        pass   # a wait polls: nothing to learn
-
     def write(self, offset: int, values) -> None:
         vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
         self._win.Accumulate([vals, MPI.DOUBLE], self.home, (offset, len(vals), MPI.DOUBLE), MPI.REPLACE)
@@ -296,10 +331,6 @@ class ControlWindow(TableLayout):
         self._win.Flush(self.home)
         return float(result[0])
 
-    def free(self) -> None:
-        self._win.Unlock_all()
-        self._win.Free()
-
 
 class MPITransport:
     """transport.Transport and transport.Collectives of this rank of `comm`
@@ -311,7 +342,13 @@ class MPITransport:
     node swapping) before one, or inside it, held every other rank there
     beyond any wait of ours, and a job with a rank stopped in its first
     seconds hung, silent, until it was killed from outside. Each is made
-    through `blocking`, which ends the job past the stall timeout."""
+    through `blocking`, which ends the job past the stall timeout.
+
+    A context manager: its end frees every window and communicator it made
+    (`close`, collective) when the job ends on every rank alike (returning,
+    or an `EveryRank` exception); a rank that fails alone leaves them to the
+    abort that follows (a collective free would wait for ranks still
+    training). After either, a use is a `Freed` error."""
 
     def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float):
         self.comm = MPI.COMM_WORLD if comm is None else comm
@@ -344,7 +381,7 @@ class MPITransport:
               f"a rank is stuck, stopped or gone", file=sys.stderr, flush=True)
         self.comm.Abort(1 if self.started else 2)
 
-    def allgather(self, value, *, what: str, name=str) -> list:
+    def allgather(self, value, *, what: str, name: Callable[[int], str] = str) -> list:
         return allgather_within(self.comm, value, what=what, warn=self.warn, timeout=self.timeout, name=name)
 
     def bcast(self, value, root: int = 0):
@@ -393,13 +430,13 @@ class MPITransport:
                                  world_server_ranks=spec.servers)
         table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers))
         self._made += [store, table]
-        return {rank: (store, table)}
+        return {rank: LevelHandles(store, table)}
 
     def each(self, work: dict) -> np.ndarray:
         mine = work[self.rank]() if work else np.nan
         return np.array(self.allgather(mine, what="set-up (every rank's work before the start)"))
 
-    def run(self, bodies: dict, elapsed: float, name=str) -> dict:
+    def run(self, bodies: dict, elapsed: float, name: Callable[[int], str] = str) -> dict:
         """The body between the start barrier and the end one (SetupTimeout
         naming the ranks that do not reach it)."""
         (rank, body), = bodies.items()
@@ -420,9 +457,20 @@ class MPITransport:
         return self._failures.add(0, 1) == 0
 
     def close(self) -> None:
-        """Free the levels' windows and communicators, the last made first."""
+        """Free the levels' windows and communicators, the last made first (collective)."""
+        made, self._made = self._made + [self._failures], []
+        self._failures = _Gone("MPITransport")
+
         def free():
-            for made in reversed(self._made + [self._failures]):
-                made.free() if hasattr(made, "free") else made.Free()
+            for thing in reversed(made):
+                thing.free() if isinstance(thing, _Windows) else thing.Free()
         self.blocking("freeing the windows", free)
-        self._made = []
+
+    def __enter__(self) -> "MPITransport":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if error is None or isinstance(error, EveryRank):
+            self.close()
+        else:   # this rank alone: the job is aborted next (abort_job), which frees them
+            self._made, self._failures = [], _Gone("MPITransport")
