@@ -34,12 +34,12 @@ def found(data: Any, path: tuple[str, ...]) -> list:
         for node in here:
             if isinstance(node, dict):
                 nxt += [v for k, v in node.items() if fnmatch.fnmatchcase(str(k), step)]
-            elif isinstance(node, list):
-                if "=" in step:
-                    key, _, value = step.partition("=")
-                    nxt += [item for item in node if isinstance(item, dict) and str(item.get(key)) == value]
-                elif step == "*":
-                    nxt += node
+            elif isinstance(node, list) and step == "*":
+                nxt += node
+            if "=" in step:   # a filter: of a list's items, or of the items found so far
+                key, _, value = step.partition("=")
+                items = node if isinstance(node, list) else [node]
+                nxt += [item for item in items if isinstance(item, dict) and str(item.get(key)) == value]
         here = nxt
     return here
 
@@ -47,6 +47,8 @@ def found(data: Any, path: tuple[str, ...]) -> list:
 def verdict(goal: Goal, results: dict) -> tuple[str, Any]:
     """('met' | 'NOT MET' | 'no value', the value compared)."""
     values = found(results, goal.path)
+    if goal.per:
+        values = [v / w for v, w in zip(values, found(results, goal.per)) if w]
     if not values:
         return "no value", None
     if goal.reduce == "all":

@@ -5,9 +5,10 @@ them and says, for each, whether its results meet its goals.
 
 A goal's `path` walks the results' JSON: each step a key (an fnmatch
 pattern: `*` is every key), `*` over a list's items, or `key=value` keeping
-the items of a list whose `key` is `value`; `reduce` makes one number of
-what it found (min, max, all: every one true) and `op` compares it with
-`bound`.
+the items (of a list, or found so far) whose `key` is `value`; `per`, a
+second path, divides what the first found, item by item (a rate over the
+plain loop's); `reduce` makes one number of it (min, max, all: every one
+true) and `op` compares it with `bound`.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class Goal:
     op: str                      # ">=", "<=" or "=="
     bound: float | bool
     reduce: str = "min"          # min, max or all
+    per: tuple[str, ...] = ()    # a path whose numbers divide the path's, item by item
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,14 @@ BENCHMARKS = (
               "mpips simulate against the MPI job it models, every paradigm, 1+8, 3 seeds",
               (Goal("iterations within 5%, wall over virtual time within 10%, accuracy within 1.5 points",
                     ("summary", "*", "pass_*"), "==", True, "all"),)),
+    Benchmark("simulator-scale", "simulator_scale.py",
+              "mpips simulate at 256 and 1,024 workers (cnn1d, MNIST-1D, ASP), per-worker and batched gradients, "
+              "beside a plain loop",
+              (Goal("batched at 1,024 workers >= 2x the plain loop's worker iterations a second",
+                    ("results", "workers=1024", "gradients=batched", "rate"), ">=", 2.0,
+                    per=("results", "workers=1024", "gradients=batched", "plain_rate")),)),
+    Benchmark("hotpath_profile", "hotpath_profile.py",
+              "where the hot path's time goes: py-spy's samples of an MPI 1+1 BSP job and of the simulator"),
     Benchmark("simulator", "simulator.py",
               "mpips simulate's own cost: 256 workers x 40 iterations, every paradigm",
               (Goal("each run < 2 minutes", ("results", "*", "plain", "total_wall_s"), "<=", 120.0, "max"),)),

@@ -29,6 +29,8 @@ SCHEDULES = ("none", "step", "cosine")
 DEVICES = ("cpu", "cuda", "auto")
 BUDGETS = ("global", "per-worker")
 ASYNC_MOMENTUM = ("compensated", "as-set")
+SIM_GRADIENTS = ("auto", "batched", "exact")
+PROGRESS_MODES = ("auto", "bar", "lines", "off")
 MAX_SYNTHETIC = 10_000_000   # samples of the synthetic dataset (64 floats each, on every rank)
 MAX_MNIST1D = 1_000_000      # samples of mnist1d (made in about 2 minutes per million, once)
 MIN_STALL_TIMEOUT = 1.0      # seconds
@@ -108,6 +110,10 @@ class Config:
     sim_apply_per_push: float = setting(0.0, "simulate: seconds a server's step takes per push it sums, beyond "
                                              "the push's bytes at sim-bandwidth (a measured cluster's: mpips plan)",
                                         low=0.0, high=MAX_SIM_SECONDS)
+    sim_gradients: str = setting("auto", "simulate: batched = the gradients of the workers computing at once in "
+                                         "one vmap call (the same schedule, floats within rounding); exact = each "
+                                         "worker's alone, bit for bit an MPI job's; auto = batched from 32 workers",
+                                 choices=SIM_GRADIENTS)
     # runtime -----------------------------------------------------------------
     run_dir: str = setting("", "run directory; default runs/<time>-<paradigm>")
     overwrite: bool = setting(False, "start afresh in a run directory that holds another run, removing its "
@@ -125,6 +131,11 @@ class Config:
     stall_timeout: float = setting(300.0, "a wait longer than this aborts the job", low=MIN_STALL_TIMEOUT,
                                    note="seconds")
     torch_threads: int = setting(1, "torch threads per rank", low=1, high=1024)
+    progress: str = setting("auto", "the progress of samples, throughput, time left and accuracy, on stderr: a bar "
+                                    "updating in place, a line every progress-every seconds, or none; auto: the bar "
+                                    "on a terminal, else lines", choices=PROGRESS_MODES)
+    progress_every: float = setting(10.0, "seconds between two progress lines (progress lines, or auto off a "
+                                          "terminal)", low=0.0, low_open=True)
     fail_at: str = setting("", "testing: 'worker:iteration' raises there")
     nan_at: str = setting("", "testing: 'worker:iteration[,...]' pushes a NaN gradient there")
     # the paradigm's own settings (an instance of its Options), and the

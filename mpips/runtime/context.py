@@ -12,6 +12,7 @@ from ..config import Config
 from ..io.log import RankLog
 from ..io.rundir import RunDir
 from ..paradigms import Paradigm
+from ..training.batched import BatchedGradients
 from .layout import Layout
 from .recovery.checkpointer import Checkpoints
 from .state import S, W
@@ -33,6 +34,7 @@ class Plan:
     num_params: int
     sparse: bool                 # clients push top-k (a store then zeroes a slot once taken)
     loss_fn: Callable | None = None   # a user's loss(output, target) (mpips.train); None: cross-entropy
+    training_samples: int = 0        # of the data set (a round larger than them cannot train: announce)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class Services:
     clock: Clock                     # wall time, or the simulator's virtual time (wait.py)
     checkpointer: Checkpoints
     budget_table: ControlTable       # whose CLAIMED cell counts the global budget's claims
+    # the simulator's batched gradients (training/batched.py); None: each worker computes its own
+    gradients: BatchedGradients | None = None
 
 
 @dataclass
@@ -96,10 +100,10 @@ class Context:
         """The paradigm's view of the table now, as `server` reads it (0 on a worker)."""
         return self.table.view(self.table.read(), self.now(), server)
 
-    def wait(self, ready, *, what: str, describe, due=None) -> float:
+    def wait(self, ready, *, what: str, describe, due=None, changed=None) -> float:
         return self.clock.wait_until(ready, what=f"{self.name}: {what}", describe=describe,
                                      warn=self.config.stall_warn, timeout=self.config.stall_timeout,
-                                     due=due)
+                                     due=due, changed=changed)
 
     def epochs_of(self, pushes: int) -> float:
         return pushes / self.level.epoch_pushes

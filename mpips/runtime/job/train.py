@@ -20,12 +20,12 @@ from ...io.rundir import RunDir, default_run_dir, new_run_id
 from ...training.data import DataError
 from ...training.flatmodel import FlatModel, rank_device, warm_up
 from ...training.models import workload
-from ..layout import EVALUATOR, WORKER, make_layout
+from ..layout import EVALUATOR, WORKER, make_layout, roles_note
 from ..recovery.checkpointer import Checkpointer, DiskFullAtCheckpoint, Preempted
 from ..transport.mpi import MPITransport
 from ..transport.protocols import EveryRank
 from ..transport.wait import precise_sleeps
-from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, versions
+from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, setup_phase, versions
 from .assemble import run as run_job
 
 
@@ -98,15 +98,18 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, job: c
     precise_sleeps()
     rank, size = transport.rank, transport.size
     layout = _agree(transport, "the layout", lambda: make_layout(config, size))
+    if rank == 0 and roles_note(layout, derived=not config.workers):
+        print(roles_note(layout, derived=True), file=sys.stderr, flush=True)
     config = config.with_workers(layout.workers)
     role, index = layout.role(rank)
+    setup_phase(config, rank, "reading the data and building the model")
 
     path = transport.bcast(config.run_dir or default_run_dir(config) if rank == 0 else None)
     config = dataclasses.replace(config, run_dir=path)
 
     user_model = model
     data, model, paradigm, epoch_iterations = _agree(transport, "reading the data, building the model",
-                                        lambda: prepare(config, layout, model=model, dataset=dataset))
+                                                     lambda: prepare(config, layout, model=model, dataset=dataset))
     _same_job_everywhere(transport, config, data, model)
     # rank 0 locks it, last: bad input leaves no directory
     run = job.enter_context(_agree(transport, "the run directory",
@@ -117,6 +120,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, job: c
                     lambda: rank_device(config, role in (WORKER, EVALUATOR),
                                         *transport.on_this_node(role in (WORKER, EVALUATOR))))
     flat = FlatModel(model, device)
+    setup_phase(config, rank, "warming up the workers, allocating the windows")
     if role == WORKER:
         warm_up(flat, data, config.batch_size, loss)
     plan = make_plan(config, layout, run, paradigm, len(data.y_train), epoch_iterations, flat.n, loss)

@@ -63,6 +63,8 @@ class ControlTable(Protocol):
 
     def add(self, offset: int, value: float) -> float: ...   # fetch-and-add
 
+    def changed(self) -> bool: ...   # anything written since this handle's last read (a poll's cheap check)
+
     def is_home(self) -> bool: ...    # the table's memory is on this rank
 
     def worker_offset(self, worker: int, col: int = 0) -> int: ...
