@@ -125,12 +125,11 @@ $(VENV_MPICH)/.installed: setup.cfg pyproject.toml $(VENV)/.installed
 	$(PY_MPICH) -m pip install -q --disable-pip-version-check mpich mpi4py -e '.[test]'
 	touch $@
 
-# Measured comparisons; each writes benchmarks/results/<name>.json and .md (benchmarks/README.md).
+# Measured comparisons (benchmarks/registry.py): runs those of `make bench`, each writing
+# benchmarks/results/<name>.json and .md, then prints every benchmark's goals and whether
+# its results meet them (benchmarks/bench.py --verdicts: the committed results only).
 bench: install
-	$(PY) benchmarks/data_plane.py
-	$(PY) benchmarks/control_plane.py
-	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/vs_ddp.py
+	$(PY) benchmarks/bench.py
 
 # The paradigm comparison (benchmarks/paradigms.py): every paradigm, GSSP+GDTopK and
 # asynchronous Local SGD (DyLU, delayed Nesterov) on

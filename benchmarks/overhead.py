@@ -123,10 +123,10 @@ def time_tick_and_log(path: str) -> None:
     from mpips.config import Config
     from mpips.io.log import ITERATION, RankLog
     from mpips.runtime.state import publish_client_row
-    from mpips.runtime.transport.mpi import ControlWindow as ControlTable
+    from mpips.runtime.transport.mpi import ControlWindow
 
     comm = MPI.COMM_WORLD
-    control = ControlTable(comm, 0, 1, 1)
+    control = ControlWindow(comm, 0, 1, 1)
     out = {}
     if comm.Get_rank() == 1:
         flush = Config().log_flush_seconds

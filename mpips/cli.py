@@ -1,24 +1,26 @@
 """`mpips train|simulate|compare|info|summarize|plot|syncswitch-search ...` (or
 `python -m mpips ...`): the command line.
 
-Options of `train` are generated from the fields of `Config`, so the YAML
-keys, the flags and the error messages always agree.
+Options of `train` are generated from the shared settings (`Config`) and
+every registered paradigm's own (`Paradigm.Options`, a plugin's too), so the
+YAML keys, the flags and the error messages always agree.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import signal
 import sys
 
 from .api import abort_job
-from .config import Config, ConfigError, load
+from .config import OPTIONS_TEXT, SHARED, Config, ConfigError, known, load, spec_of
 from .experiments import compare, plan, setups, syncswitch_search
+from .paradigms import option_specs
 from .plugins import PluginError, load_plugins, raised_in_plugin
 from .runtime.recovery import preemption
 from .runtime.transport.mpienv import quiet_ucx
+from .settings import Spec
 
 
 def _train_parser(sub, name: str, help: str, exclude=(), **kw) -> argparse.ArgumentParser:
@@ -27,21 +29,36 @@ def _train_parser(sub, name: str, help: str, exclude=(), **kw) -> argparse.Argum
     p.add_argument("--plugin", action="append", metavar="FILE.py",
                    help="a Python file run first (on every rank), e.g. one that calls "
                         "mpips.register_paradigm; repeatable")
-    for f in dataclasses.fields(Config):
-        if f.name in exclude:
+    for spec in SHARED.values():
+        if spec.name not in exclude:
+            _add_flag(p, spec, spec.help)
+    p.add_argument("--paradigm-options", dest=OPTIONS_TEXT, metavar="KEY=VALUE,...",
+                   help="the paradigm's own settings as one text (a fallback for the flags below, which "
+                        "override it)")
+    # each paradigm's own settings, a group each; one flag for a name two declare
+    # (ssp's and vsgd's staleness), its help the first's
+    added: set[str] = set()
+    for paradigm, own in option_specs().items():
+        if not own.keys() - added:
             continue
-        flag = "--" + f.name.replace("_", "-")
-        help_ = f.metadata.get("help", "")
-        choices = f.metadata.get("choices")
-        if choices:
-            help_ += f" ({'|'.join(choices)})"
-        help_ += f" [default: {f.default!r}]"
-        if isinstance(f.default, bool):
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=help_)
-        else:
-            # Strings here; Config coercion gives the one-line error naming the field.
-            p.add_argument(flag, dest=f.name, metavar=f.name.upper(), help=help_)
+        group = p.add_argument_group(f"{paradigm}'s own settings")
+        for spec in own.values():
+            if spec.name not in added:
+                added.add(spec.name)
+                owners = [name for name, specs in option_specs().items() if spec.name in specs]
+                _add_flag(group, spec, spec.help + (f" (also {', '.join(owners[1:])})" if owners[1:] else ""))
     return p
+
+
+def _add_flag(p, spec: Spec, help_: str) -> None:
+    if spec.choices is not None:
+        help_ += f" ({'|'.join(spec.choices)})"
+    help_ += f" [default: {spec.default!r}]"
+    if spec.type is bool:
+        p.add_argument(spec.flag, dest=spec.name, action=argparse.BooleanOptionalAction, help=help_)
+    else:
+        # Strings here; the configuration's coercion gives the one-line error naming the setting.
+        p.add_argument(spec.flag, dest=spec.name, metavar=spec.name.upper(), help=help_)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -320,7 +337,7 @@ def run_settings(config: dict) -> dict:
     """A run's settings as `info` shows them: the paradigm, learning rate, batch,
     epochs and seed, then every other one that differs from its default (a
     paradigm's options, the compressor, the emulated cluster, ...)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    defaults = {k: spec_of(k).default for k in config if known(k) and k != OPTIONS_TEXT}
     changed = {k: v for k, v in config.items()
                if k not in ALWAYS_SHOWN and k != "run_dir" and k in defaults and v != defaults[k]}
     return {**{k: config[k] for k in ALWAYS_SHOWN if k in config}, **changed}

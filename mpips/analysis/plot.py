@@ -44,9 +44,9 @@ import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from ..config import PARADIGMS  # noqa: E402
+from ..heterogeneity import parse_slowdown  # noqa: E402
 from ..io.log import LogError, RunLog  # noqa: E402
 from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
-from ..training.emulation import parse_slowdown  # noqa: E402
 from ..validate import number_in  # noqa: E402
 from .summarize import (  # noqa: E402
     CLUSTER_KEYS,

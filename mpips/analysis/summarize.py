@@ -25,8 +25,9 @@ import textwrap
 
 import pandas as pd
 
+from ..heterogeneity import format_slowdown, parse_slowdown, parse_stragglers
 from ..io.log import RunLog
-from ..training.emulation import format_slowdown, parse_slowdown
+from ..paradigms import option_specs
 from ..validate import number_in
 from .placement import nodes_label
 
@@ -146,7 +147,7 @@ def heterogeneity(config: dict, short: bool = False) -> str:
             text = f"{len(set(factors))} factors {min(factors):g} to {max(factors):g}"
         parts.append(f"slowdown {text}")
     if config.get("straggler"):
-        stragglers = config["straggler"].split(",")
+        stragglers = parse_stragglers(config["straggler"])
         many = short and len(config["straggler"]) > CELL
         parts.append(f"{len(stragglers)} stragglers" if many else f"straggler {config['straggler']}")
     if config.get("random_stragglers"):
@@ -176,9 +177,13 @@ def settings(log: RunLog) -> dict:
 
 def differing_settings(runs: list[dict], skip=()) -> list[str]:
     """The keys of these `settings` whose values are not the same in all,
-    in their order, less `skip` (a key one run lacks differs)."""
+    in their order, less `skip`. A key one run lacks differs, unless it is a
+    paradigm's own setting: a run of another paradigm has none of its
+    settings, and it is compared among the runs that have it."""
     keys = [k for k in dict.fromkeys(k for s in runs for k in s) if k not in skip]
-    return [k for k in keys if len({repr(s.get(k)) for s in runs}) > 1]
+    owned = {name for own in option_specs().values() for name in own}
+    return [k for k in keys
+            if len({repr(s.get(k)) for s in runs if k in s or k not in owned}) > 1]
 
 
 def settings_label(run: dict, keys: list[str]) -> str:

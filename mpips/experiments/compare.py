@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from ..config import ConfigError, field_types, load
+from ..config import ConfigError, known, load
 from ..io.log import RunLog
 from ..io.outdir import folder_problem
 from ..paradigms import available
@@ -225,7 +225,7 @@ def add_arguments(p) -> None:
 
 
 def cmd_compare(args) -> int:
-    settings = {k: v for k, v in vars(args).items() if k in field_types()}   # the train settings given
+    settings = {k: v for k, v in vars(args).items() if known(k)}   # the train settings given
     try:
         comparison = Comparison(
             setups=args.paradigms.split(","), seeds=parse_seeds(args.seeds), settings=settings,

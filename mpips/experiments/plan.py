@@ -375,11 +375,11 @@ def add_arguments(p) -> None:
 
 def cmd_plan(args, comm=None) -> int:
     """`comm`: the ranks of a probe (default COMM_WORLD; cli.main's, as for train)."""
-    from ..config import field_types
+    from ..config import known
     from . import profile as cluster
     from .compare import parse_seeds
 
-    settings = {k: v for k, v in vars(args).items() if k in field_types()}
+    settings = {k: v for k, v in vars(args).items() if known(k)}
     config_file = getattr(args, "config", None)
     out = args.out or os.path.join("plans", time.strftime("%Y%m%d-%H%M%S"))
     probed = None   # rank 0 of a probe: its other ranks wait for the plan's end

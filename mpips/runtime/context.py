@@ -10,12 +10,13 @@ import numpy as np
 
 from ..config import Config
 from ..io.log import RankLog
+from ..io.rundir import RunDir
 from ..paradigms import Paradigm
 from ..training.batched import BatchedGradients
 from .layout import Layout
 from .recovery.checkpointer import Checkpoints
 from .state import S, W
-from .transport.protocols import ControlTable, ParameterStore
+from .transport.protocols import ControlTable, LevelHandles, ParameterStore, unwatched
 from .transport.wait import Clock
 
 
@@ -25,7 +26,7 @@ class Plan:
 
     config: Config
     layout: Layout
-    run_dir: str
+    run: RunDir                  # its directory (run.h5, checkpoints), opened by the job
     iterations: int              # per worker (global budget: rounds of every worker's batch)
     iterations_per_epoch: float  # of one worker (global budget: N / samples of a round, not rounded)
     epochs: float                # the run's length in epochs (a cosine schedule's end)
@@ -50,6 +51,12 @@ class Level:
     epoch_pushes: float              # pushes in the table per epoch
     clients: str = "worker"          # what writes the rows, in messages
     servers: str = "server"          # what applies the pushes, in messages
+    watch_gate: Callable = unwatched   # a gate that did not pass, told to the transport (LevelHandles)
+
+    @classmethod
+    def of(cls, handles: LevelHandles, client_ranks: tuple[int, ...], server_ranks: tuple[int, ...],
+           **more) -> "Level":
+        return cls(handles.store, handles.table, client_ranks, server_ranks, watch_gate=handles.watch_gate, **more)
 
 
 @dataclass
@@ -99,8 +106,9 @@ class Context:
         (a stall across nodes names the node, a lost one's ranks)."""
         return f"rank {rank}{self._on(rank)}"
 
-    def view(self):
-        return self.table.view(self.table.read(), self.now())
+    def view(self, server: int = 0):
+        """The paradigm's view of the table now, as `server` reads it (0 on a worker)."""
+        return self.table.view(self.table.read(), self.now(), server)
 
     def wait(self, ready, *, what: str, describe, due=None, changed=None) -> float:
         log = self.log

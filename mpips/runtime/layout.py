@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from ..config import ConfigError
 from ..paradigms import paradigm_class
 from ..paradigms.base import counted
-from ..paradigms.grouping import parse_assignment
+from ..paradigms.grouping import group_options, parse_assignment
 
 SERVER, GROUP_SERVER, WORKER, EVALUATOR = "server", "group_server", "worker", "evaluator"
 
@@ -107,7 +107,7 @@ def make_layout(config, world_size: int) -> Layout:
     workers = world_size - config.servers - group_servers - evaluators
     if group_servers and workers < 1:
         # say it of the groups: "workers=-5" would blame a setting nobody gave
-        raise ConfigError("groups", config.groups,
+        raise ConfigError("groups", group_servers,
                           f"each group needs a group server and a worker: at most "
                           f"{(world_size - config.servers - evaluators) // 2} with {world_size} ranks, "
                           f"{config.servers} server(s) and {evaluators} evaluator(s)")
@@ -121,7 +121,7 @@ def make_layout(config, world_size: int) -> Layout:
                           f"must equal ranks - servers - group servers = {workers} "
                           f"(started {world_size} ranks), or be 0 to derive it")
     if group_servers > workers:
-        raise ConfigError("groups", config.groups, f"must be <= workers ({workers})")
-    if group_servers and config.group_assignment:
-        parse_assignment(config.group_assignment, workers, group_servers)
+        raise ConfigError("groups", group_servers, f"must be <= workers ({workers})")
+    if group_servers and group_options(config).group_assignment:
+        parse_assignment(group_options(config).group_assignment, workers, group_servers)
     return Layout(config.servers, group_servers, workers, evaluators)

@@ -171,9 +171,9 @@ class TableLayout:
         wait that read only these when one of them changes)."""
         return self.read()[offsets]
 
-    def view(self, snap: np.ndarray, now: float) -> "TableView":
-        """The paradigms' read-only `ClusterView` of a snapshot."""
-        return TableView(self, snap, now)
+    def view(self, snap: np.ndarray, now: float, server: int = 0) -> "TableView":
+        """The paradigms' read-only `ClusterView` of a snapshot, as `server` reads it (0 on a worker)."""
+        return TableView(self, snap, now, server)
 
 
 
@@ -218,8 +218,9 @@ class TableView(ClusterView):
     (benchmarks/control_plane.py). The gates' fields are strided slices of the
     snapshot, converted once."""
 
-    def __init__(self, table: TableLayout, snap: np.ndarray, now: float):
+    def __init__(self, table: TableLayout, snap: np.ndarray, now: float, server: int = 0):
         self.now = now
+        self.server = server
         self._snap = snap
         self._table = table
         self._rows_end = _NG + table.workers * _NW

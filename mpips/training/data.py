@@ -300,7 +300,13 @@ def _load_synthetic(samples: int, test_fraction: float) -> Dataset:
 
 def _split(name, x, y, test_fraction, num_classes) -> Dataset:
     n = len(x)
-    n_test = min(max(1, round(n * test_fraction)), n - 1)
+    n_test = round(n * test_fraction)
+    if not num_classes <= n_test <= n - num_classes:
+        # a test set smaller than the classes measures nothing (one sample reads as 100% or 0%)
+        raise ConfigError("test_fraction", test_fraction,
+                          f"leaves {n_test} of the {n} samples of {name} for evaluation; at least {num_classes} "
+                          f"(one per class) and at most {n - num_classes} (as many for training): a fraction "
+                          f"in [{num_classes / n:.3g}, {1 - num_classes / n:.3g}]")
     order = torch.from_numpy(np.random.default_rng(SPLIT_SEED).permutation(n))
     test, train = order[:n_test], order[n_test:]
     return Dataset(name, x[train], y[train], x[test], y[test],

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from mpips.experiments import probe, profile
+from mpips.heterogeneity import parse_random_stragglers, parse_slowdown
 from mpips.io.log import RunLog
-from mpips.training.emulation import parse_random_stragglers, parse_slowdown
 
 SLOWDOWN = (1, 1, 2, 4)
 

@@ -1,7 +1,6 @@
 """The configuration page and the log schema document stay complete; the README starts with its quick start;
 the documents name only files of the repository and flags that exist."""
 import argparse
-import dataclasses
 import os
 import re
 import subprocess
@@ -9,7 +8,7 @@ import sys
 
 import pytest
 
-from mpips.config import Config
+from mpips.config import SHARED
 from mpips.io.log import TABLES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -21,8 +20,11 @@ def read(name):
 
 
 def test_the_configuration_page_documents_every_setting():
+    from mpips.paradigms import option_specs
+
     page = read("docs/configuration.md")
-    missing = [f.name for f in dataclasses.fields(Config) if f"| `{f.name}` |" not in page]
+    names = [*SHARED, *(name for own in option_specs().values() for name in own)]
+    missing = [name for name in dict.fromkeys(names) if f"| `{name}` |" not in page]
     assert not missing, f"docs/configuration.md's table lacks {missing}"
 
 
@@ -166,3 +168,12 @@ def test_the_conda_environment_lists_every_dependency():
     assert "pytorch" in listed   # torch, which setup.cfg leaves to the user (pinned first)
     missing = sorted(needed - listed)
     assert not missing, f"environment.yml lacks {missing} (setup.cfg's dependencies)"
+
+
+def test_the_paradigms_settings_table_is_made_from_their_options():
+    from mpips.paradigms import options_markdown
+
+    doc = read("docs/paradigms.md")
+    start, end = "<!-- generated: options_markdown -->\n", "<!-- end generated -->"
+    assert doc[doc.index(start) + len(start):doc.index(end)] == options_markdown(), \
+        "docs/paradigms.md's settings table is stale: paste options_markdown()'s output"

@@ -21,7 +21,7 @@ class Every(Paradigm):
 
     def __init__(self, config, num_workers):
         super().__init__(config, num_workers)
-        self.period = self.options["period"]
+        self.period = self.options.period
         self.polls = 0
 
     def gate(self, worker, view):
@@ -46,11 +46,11 @@ def test_configuration_choices_are_the_registry():
 def test_a_registered_paradigm_is_a_choice_with_its_options(every):
     cfg = load(None, {"paradigm": "every", "paradigm_options": "period=3"})
     p = make_paradigm(cfg, 4)
-    assert isinstance(p, Every) and p.options == {"period": 3, "note": "x"}
+    assert isinstance(p, Every) and (p.options.period, p.options.note) == (3, "x")
     assert [p.gate(0, None).ok for _ in range(3)] == [False, False, True]
-    assert make_paradigm(Config(paradigm="every"), 4).options["period"] == 2     # the default
+    assert make_paradigm(Config(paradigm="every"), 4).options.period == 2     # the default
     # a mapping (YAML, Python) is the same as the text
-    assert load(None, {"paradigm": "every", "paradigm_options": {"period": 5}}).paradigm_options == "period=5"
+    assert load(None, {"paradigm": "every", "paradigm_options": {"period": 5}}).options.period == 5
 
 
 def test_bad_options_are_named(every):
@@ -60,7 +60,7 @@ def test_bad_options_are_named(every):
         Config(paradigm="every", paradigm_options="period=fast")
     with pytest.raises(ConfigError, match="entries key=value"):
         Config(paradigm="every", paradigm_options="period")
-    with pytest.raises(ConfigError, match="only a registered paradigm has options"):
+    with pytest.raises(ConfigError, match="unknown option 'period' of paradigm ssp; its options: staleness"):
         Config(paradigm="ssp", paradigm_options="period=2")
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mpips.config import Config, ConfigError
+from mpips.heterogeneity import parse_stragglers
 from mpips.io.log import RankLog, RunLog, time_to_target, write_run_end, write_run_header
 from mpips.runtime.transport.wait import (
     MAX_SLEEP,
@@ -17,7 +18,7 @@ from mpips.runtime.transport.wait import (
     precise_sleeps,
     wait_until,
 )
-from mpips.training.emulation import Slowdown, parse_stragglers
+from mpips.training.emulation import Slowdown
 
 
 def log_row(log, table: str, *values) -> None:
@@ -364,3 +365,27 @@ def test_the_progress_interval_is_seconds_or_off(monkeypatch):
         monkeypatch.setenv("MPIPS_PROGRESS_INTERVAL", bad)
         with pytest.raises(ConfigError, match="MPIPS_PROGRESS_INTERVAL"):
             progress_interval()
+
+
+def test_a_simulated_stores_pending_pushes_come_back_from_a_copy():
+    """The simulator's store keeps the ParameterStore protocol whole: a
+    server's slots and heads as a checkpoint would copy and restore them."""
+    from mpips.runtime.layout import Layout
+    from mpips.runtime.transport.local import LocalTransport, Network
+    from mpips.runtime.transport.protocols import LevelSpec
+
+    transport = LocalTransport(Layout(1, 0, 2), Network(0.0, 1e9, 0.0, 0))
+    handles = transport.level([LevelSpec(members=(0, 1, 2), servers=(0,), table_rows=2, slot_rows=(0, 1))],
+                              n=4, sparse=False)
+    server, client = handles[0].store, handles[2].store
+
+    def push():
+        client.push(np.arange(4, dtype=np.float32), row=1, number=1, key=7)
+
+    transport.run({2: push}, 0.0)
+    kept = server.pending()
+    assert kept["slots"][1].tolist() == [0, 1, 2, 3] and kept["heads"].tolist() == [[0, 0], [1, 7]]
+    server.restore_pending({"slots": np.zeros((2, 4), np.float32), "heads": np.zeros((2, 2), np.int64)})
+    assert not server.pending()["slots"].any()
+    server.restore_pending(kept)
+    assert server.pending()["heads"].tolist() == [[0, 0], [1, 7]]

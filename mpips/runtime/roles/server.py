@@ -19,8 +19,7 @@ class Server:
 
     def __init__(self, ctx: Context, rule, evaluator=None):
         self.ctx = ctx
-        self.s = ctx.index
-        ctx.paradigm.server = self.s
+        self.s = ctx.index   # its row in the level's table (the paradigm reads it as view.server)
         self.rule = rule
         self.grad = np.zeros_like(ctx.store.shard)
         self.consumed = np.zeros(ctx.table.workers, dtype=np.int64)  # per row of the table
@@ -47,7 +46,7 @@ class Server:
         last = {}
 
         def ready():
-            view = ctx.view()
+            view = ctx.view(self.s)
             if self.s == 0:
                 self.control_duties(view)
             last["view"] = view

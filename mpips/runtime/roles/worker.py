@@ -61,7 +61,7 @@ class Worker:
             view = ctx.view()
             gate = ctx.paradigm.gate(i, view)
             if not gate.ok:
-                ctx.table.gate_answered(view, gate)
+                ctx.level.watch_gate(view, gate)
             last["view"], last["gate"] = view, gate
             return gate.ok
 

@@ -20,12 +20,14 @@ take no virtual time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ...paradigms.gates import furthest_behind
 from ..layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
 from ..state import SlotRows, TableLayout, TableView, shard_bounds, sum_slots
+from .protocols import LevelHandles
 from .scheduler import Scheduler
 
 ROLE_STREAMS = (SERVER, GROUP_SERVER, WORKER, EVALUATOR)   # a role's part of its delays' seed
@@ -173,6 +175,19 @@ class LocalParameterStore(SlotRows):
     def publish(self) -> None:
         self._scheduler.changed(self._source)
 
+    def pending(self) -> dict:
+        """A copy of this server's slots and their (push number, key) heads,
+        as ParameterWindows.pending (a checkpoint's; a simulation takes none)."""
+        s = self.shard_index
+        assert s is not None   # (a server's)
+        return {"slots": self._shared.slots[s].copy(), "heads": np.array(self._shared.heads[s], np.int64)}
+
+    def restore_pending(self, state: dict) -> None:
+        s = self.shard_index
+        assert s is not None
+        self._shared.slots[s][:] = state["slots"]
+        self._shared.heads[s] = [(int(n), int(k)) for n, k in state["heads"]]
+
 
 class SharedTable:
     """The array behind the handles of one control table. A read hands out
@@ -310,8 +325,8 @@ class LocalTransport:
                     shared, self.scheduler, self.network.link(spec.level, role, index),
                     server=spec.servers.index(rank) if rank in spec.servers else None,
                     world_server_ranks=list(spec.servers), sparse=sparse)
-                handles[rank] = (store, LocalControlTable(table, self.scheduler, spec.table_rows,
-                                                          len(spec.servers)))
+                mine = LocalControlTable(table, self.scheduler, spec.table_rows, len(spec.servers))
+                handles[rank] = LevelHandles(store, mine, mine.gate_answered)
         return handles
 
     def each(self, work: dict) -> np.ndarray:
@@ -323,7 +338,7 @@ class LocalTransport:
         results[list(work)] = [task.result for task in tasks]
         return results
 
-    def run(self, bodies: dict, elapsed: float, name=str) -> dict:
+    def run(self, bodies: dict, elapsed: float, name: Callable[[int], str] = str) -> dict:
         tasks = {rank: self.scheduler.spawn("rank {} ({} {})".format(rank, *self.layout.role(rank)), body)
                  for rank, body in bodies.items()}
         self.scheduler.run()

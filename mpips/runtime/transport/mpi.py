@@ -5,8 +5,10 @@ The one module of mpips that imports mpi4py.
 Two classes own windows (after mpi4py.util.sync), `ParameterWindows` and
 `ControlWindow`, all made with `Win.Allocate` (docs/environment.md:
 `Win.Create` does not progress); every rank holds one `Lock_all` epoch on
-them for the whole run, completing operations with `Flush`. How the state
-is laid out and summed is state.py.
+them for the whole run, completing operations with `Flush`. Each is a
+context manager whose `free()` (collective) ends it: a later use is a
+`Freed` error naming it, not a call on a freed MPI handle. How the state is
+laid out and summed is state.py.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from mpi4py import MPI
 
 from ...config import ConfigError
 from ..state import SlotRows, TableLayout, shard_bounds, sum_slots
-from .protocols import LevelSpec
+from .protocols import EveryRank, LevelHandles, LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
 
 _UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)
@@ -44,7 +46,42 @@ def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarr
 
 
 
-def allgather_within(comm, value, *, what: str, warn: float, timeout: float, name=str) -> list:
+class Freed(RuntimeError):
+    """A window (or the transport) used after it was freed."""
+
+
+class _Gone:
+    """Stands for a freed window: any use is a Freed error naming its owner."""
+
+    def __init__(self, owner: str):
+        self.owner = owner
+
+    def __getattr__(self, name: str):
+        raise Freed(f"{self.owner} used after free() ({name})")
+
+
+class _Windows:
+    """Owns windows (`_wins`: attribute names): `free()` unlocks and frees
+    them, collectively, once; after it each name is a `_Gone`."""
+
+    _wins: tuple[str, ...] = ()
+
+    def free(self) -> None:
+        for name in self._wins:
+            win = getattr(self, name)
+            if not isinstance(win, _Gone):
+                win.Unlock_all()
+                win.Free()
+                setattr(self, name, _Gone(type(self).__name__))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+
+def allgather_within(comm, value, *, what: str, warn: float, timeout: float, name: Callable[[int], str] = str) -> list:
     """Every rank's `value`, in rank order, on every rank; SetupTimeout naming
     the ranks that did not arrive within `timeout` seconds (`name(rank)`: how
     to call one).
@@ -167,7 +204,7 @@ class Watchdog(Unwatched):
         self._thread.join()
 
 
-class ParameterWindows(SlotRows):
+class ParameterWindows(SlotRows, _Windows):
     """The flat parameter vector, sharded; pull with `Get`, push with `Put`
     into the pusher's own gradient slot.
 
@@ -190,6 +227,8 @@ class ParameterWindows(SlotRows):
     `sparse`: clients may `push_sparse` (top-k): a server then zeroes each
     slot after taking it, so a sparse `Put` lands on zeros.
     """
+
+    _wins = ("_param_win", "_grad_win", "_head_win")
 
     def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
                  clients=None, sparse: bool = False, world_server_ranks=None, watchdog: Unwatched = UNWATCHED):
@@ -261,10 +300,12 @@ class ParameterWindows(SlotRows):
             if b > a:
                 local = (indices[a:b] - lo + k * (hi - lo)).astype(np.int32)
                 dtype = MPI.FLOAT.Create_indexed_block(1, local.tolist()).Commit()
-                self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
-                                   rank, (0, 1, dtype))
-                self._grad_win.Flush(rank)
-                dtype.Free()
+                try:
+                    self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
+                                       rank, (0, 1, dtype))
+                    self._grad_win.Flush(rank)
+                finally:
+                    dtype.Free()
         self._announce(k, number, key)
 
     def _announce(self, k: int, number: int, key: int) -> None:
@@ -312,13 +353,8 @@ class ParameterWindows(SlotRows):
         self._grad_win.Sync()
         self._head_win.Sync()
 
-    def free(self) -> None:
-        for win in (self._param_win, self._grad_win, self._head_win):
-            win.Unlock_all()
-            win.Free()
 
-
-class ControlWindow(TableLayout):
+class ControlWindow(TableLayout, _Windows):
     """Per-worker and per-server counters in one float64 window on server 0.
 
     Each slot has one writer (a worker its row, a server its row), so writes
@@ -331,6 +367,8 @@ class ControlWindow(TableLayout):
     knows the table is as that read saw it, and skips its reading, its
     view and its paradigm's decisions (benchmarks/results/overhead.md).
     """
+
+    _wins = ("_win",)
 
     def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int, *,
                  world_home: int | None = None, watchdog: Unwatched = UNWATCHED):
@@ -367,9 +405,6 @@ class ControlWindow(TableLayout):
     def is_home(self) -> bool:
         return self.comm.Get_rank() == self.home
 
-    def gate_answered(self, view, gate) -> None:
-        pass   # a wait polls: nothing to learn
-
     def write(self, offset: int, values) -> None:
         vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
         self._watch.begin("a write to the control table", self._home)
@@ -391,10 +426,6 @@ class ControlWindow(TableLayout):
         self._win.Flush(self.home)
         self._watch.end()
         return float(result[0])
-
-    def free(self) -> None:
-        self._win.Unlock_all()
-        self._win.Free()
 
 
 # Seconds between the calls of a ProgressThread: a one-sided operation aimed
@@ -457,7 +488,13 @@ class MPITransport:
     node swapping) before one, or inside it, held every other rank there
     beyond any wait of ours, and a job with a rank stopped in its first
     seconds hung, silent, until it was killed from outside. Each is made
-    through `blocking`, which ends the job past the stall timeout."""
+    through `blocking`, which ends the job past the stall timeout.
+
+    A context manager: its end frees every window and communicator it made
+    (`close`, collective) when the job ends on every rank alike (returning,
+    or an `EveryRank` exception); a rank that fails alone leaves them to the
+    abort that follows (a collective free would wait for ranks still
+    training). After either, a use is a `Freed` error."""
 
     def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float):
         self.comm = MPI.COMM_WORLD if comm is None else comm
@@ -507,7 +544,7 @@ class MPITransport:
               f"a rank is stuck, stopped or gone", file=sys.stderr, flush=True)
         self.comm.Abort(1 if self.started else 2)
 
-    def allgather(self, value, *, what: str, name=str) -> list:
+    def allgather(self, value, *, what: str, name: Callable[[int], str] = str) -> list:
         return allgather_within(self.comm, value, what=what, warn=self.warn, timeout=self.timeout, name=name)
 
     def bcast(self, value, root: int = 0):
@@ -559,13 +596,13 @@ class MPITransport:
         self._made += [store, table]
         if rank in spec.servers and self._progress_comm is not None and self._progress is None:
             self._progress = ProgressThread(self._progress_comm, self._progress_interval)
-        return {rank: (store, table)}
+        return {rank: LevelHandles(store, table)}
 
     def each(self, work: dict) -> np.ndarray:
         mine = work[self.rank]() if work else np.nan
         return np.array(self.allgather(mine, what="set-up (every rank's work before the start)"))
 
-    def run(self, bodies: dict, elapsed: float, name=str) -> dict:
+    def run(self, bodies: dict, elapsed: float, name: Callable[[int], str] = str) -> dict:
         """The body between the start barrier and the end one (SetupTimeout
         naming the ranks that do not reach it)."""
         (rank, body), = bodies.items()
@@ -586,16 +623,28 @@ class MPITransport:
         return self._failures.add(0, 1) == 0
 
     def close(self) -> None:
-        """Free the levels' windows and communicators, the last made first."""
+        """Free the levels' windows and communicators, the last made first (collective)."""
         if self._progress is not None:   # before its windows go
             self._progress.free()
             self._progress = None
         self.watchdog.free()
-
         made = ([self._progress_comm] if self._progress_comm is not None else []) + [self._failures] + self._made
+        self._made, self._progress_comm, self._failures = [], None, _Gone("MPITransport")
 
         def free():
-            for one in reversed(made):
-                one.free() if hasattr(one, "free") else one.Free()
+            for thing in reversed(made):
+                thing.free() if isinstance(thing, _Windows) else thing.Free()
         self.blocking("freeing the windows", free)
-        self._made, self._progress_comm = [], None
+
+    def __enter__(self) -> "MPITransport":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if error is None or isinstance(error, EveryRank):
+            self.close()
+        else:   # this rank alone: the job is aborted next (abort_job), which frees them
+            if self._progress is not None:
+                self._progress.free()
+                self._progress = None
+            self.watchdog.free()
+            self._made, self._progress_comm, self._failures = [], None, _Gone("MPITransport")

@@ -31,7 +31,7 @@ ones; threads passing a baton cost tens of microseconds per switch in the
 GIL's hand-off. A greenlet switch costs under a microsecond, a whole event
 (a sleep, the timer heap, the switches out and back) a few, and three times
 that once the tasks' own work between events has evicted it from the caches
-(benchmarks/scheduler_events.py).
+(benchmarks/studies/scheduler_events.py).
 """
 from __future__ import annotations
 

@@ -122,12 +122,21 @@ class Clock(Protocol):
                    changed: Callable[[], bool] | None = None) -> float: ...
 
 
+def sleep(seconds: float) -> None:
+    """time.sleep, in pieces of at most a day: an emulated device time may
+    exceed the platform's time_t (LB-BSP's largest batch at p = 3), which
+    time.sleep refuses with OverflowError."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, 86400.0))
+
+
 class WallClock:
-    """The real clock: `time.time`, `time.perf_counter`, `time.sleep`, and
+    """The real clock: `time.time`, `time.perf_counter`, `sleep` above, and
     waits that poll with backoff."""
 
     perf_counter = staticmethod(time.perf_counter)
-    sleep = staticmethod(time.sleep)
+    sleep = staticmethod(sleep)
     wait_until = staticmethod(wait_until)
     time = staticmethod(time.time)   # last: in this class's body it is `time` from here on
     origin = 0.0
