@@ -18,6 +18,7 @@ from .config import Config, ConfigError, load
 from .experiments import compare, plan, setups, syncswitch_search
 from .plugins import PluginError, load_plugins, raised_in_plugin
 from .runtime.recovery import preemption
+from .validate import StopSignal
 
 
 def _train_parser(sub, name: str, help: str, exclude=(), **kw) -> argparse.ArgumentParser:
@@ -246,10 +247,8 @@ def _stopped(e: "SimulationStopped") -> int:
                  f"written (the run is incomplete)", 128 + e.signum)
 
 
-class SimulationStopped(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+class SimulationStopped(StopSignal):
+    """(a BaseException: a user's function it interrupts does not make it a failure)"""
 
 
 def _stop_simulation(signum, frame):

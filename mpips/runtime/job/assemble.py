@@ -48,7 +48,7 @@ def prepare(config: Config, layout, *, model=None, dataset=None):
     model = build_model(config.model if model is None else model, data.input_shape, data.num_classes)
     check_model(model, config.model if model is None else model_label(model), data.x_train[:2], data.num_classes)
     paradigm = make_paradigm(config, layout.workers)
-    config.check_epoch_size(paradigm, len(data.y_train))
+    config.check_epoch_size(paradigm, len(data.y_train), "the dataset given" if dataset is not None else "")
     ipe = counted(config.paradigm, paradigm.iterations_per_epoch, len(data.y_train))
     return data, model, paradigm, ipe
 
