@@ -103,7 +103,7 @@ def file_name(name: str) -> str:
     an entry that had other characters gets a hash of its text, so that two
     such entries never share a name."""
     kept = name.replace(":", "-").replace("=", "")
-    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", kept).strip("._") or "entry"
+    safe = re.sub(r"(?:[^A-Za-z0-9._+-]|\.\.+)+", "_", kept).strip("._") or "entry"
     if safe == kept:
         return safe
     return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
