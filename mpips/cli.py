@@ -75,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
               "                     [--out DIR] [...] [TRAIN SETTINGS]"))
     plan.add_arguments(_train_parser(
         sub, "plan", "probe the cluster (under your launcher) or read its profile, simulate every paradigm "
-                     "on your job, rank them and print the command of the best (mpips/experiments/plan.py)",
+                     "on your job, rank them and print the command of the best (mpips/experiments/plan/)",
         exclude=setups.PER_RUN, description=PLAN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="mpirun -n SERVERS+WORKERS python -m mpips plan [--target ACC | --time-limit S] [...]\n"
               "       mpips plan --profile CLUSTER.yaml [--target ACC | --time-limit S] [--candidates C,...]\n"

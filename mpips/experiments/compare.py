@@ -34,6 +34,7 @@ from ..paradigms import available
 from ..runtime.layout import ranks_for
 from ..validate import number_in
 from .launch import Launches, default_launcher, launcher_words
+from .ranking import TARGET_EVALUATIONS, Run, eval_every, failures, rank, render, verdict
 from .setups import OptionError, Setup, file_name  # noqa: F401 - OptionError: this module's too
 
 
@@ -256,16 +257,19 @@ class Report:
     figures: list[str]
 
 
-def report(runs: list[str], out: str, *, target: float, csv: str, labels: dict[str, str] | None = None) -> Report:
+def report(runs: list[str], out: str, *, target: float, csv: str, labels: dict[str, str] | None = None,
+           ranked: str = "") -> Report:
     """The table of `runs`, its raw values written to `csv`, and every figure
     in `out`; timelines and dynamics only for the first seed's runs (the
     others add to the summaries). `labels` (Comparison.labels): each run's
-    entry, its name in the table and figures."""
+    entry, its name in the table and figures. A run's time to the target:
+    ranking.py's (the mean of TARGET_EVALUATIONS evaluations reached it).
+    `ranked`: the ranking and its verdict, after the tables."""
     # pandas and matplotlib only once there is something to show
     from ..analysis.plot import plot_runs
     from ..analysis.summarize import mean_rows, render_markdown, render_text, rows, write_csv
 
-    table = rows(runs, target, labels)
+    table = rows(runs, target, labels, TARGET_EVALUATIONS)
     first = table[0]["seed"]
     figures = plot_runs(runs, out, target=target,
                         per_run=[d for d, r in zip(runs, table) if r["seed"] == first], labels=labels)
@@ -277,9 +281,26 @@ def report(runs: list[str], out: str, *, target: float, csv: str, labels: dict[s
         text = render(table, target).rstrip("\n") + "\n"
         if means:
             text += f"\nMean over seeds {seeds}:\n\n" + render(means, target).rstrip("\n") + "\n"
-        return text
+        return text + (f"\n{ranked}" if ranked else "")
 
     return Report(table, both(render_text), both(render_markdown), figures)
+
+
+def ranking(comparison: Comparison, runs: list[str], failed: list[str], target: float) -> tuple[list[str], str]:
+    """The finished runs in the ranking's order (an entry's seeds together,
+    best entry first; those of an entry not ranked last), and the ranking
+    with its verdict as text (ranking.py: plan's)."""
+    by_name = {os.path.basename(d): d for d, _ in comparison.plan}
+    done = [Run.from_log(comparison.labels[d], d, target) for d in runs]
+    lost = [Run(comparison.labels[d], comparison.settings_of[d]["seed"], d, None, 0.0, 0.0, 0, failed=why)
+            for d, why in ((by_name[f.partition(": ")[0]], f.partition(": ")[2]) for f in failed)]
+    table = rank(done + lost, target)
+    order = {name: k for k, name in enumerate(table["candidate"])}
+    runs = sorted(runs, key=lambda d: order.get(comparison.labels[d], len(order)))   # (stable: seeds in order)
+    head = (f"Ranked by the time to {100 * target:g}% (a run's: the first evaluation at which the mean of it and "
+            f"the {TARGET_EVALUATIONS - 1} before reached it; an entry's: the mean over seeds plus its "
+            f"standard error):\n\n")
+    return runs, head + render(table, target) + "\n" + verdict(table, target, failures(lost))
 
 
 def add_arguments(p) -> None:
@@ -304,12 +325,14 @@ def add_arguments(p) -> None:
     p.add_argument("--reuse", action="store_true", default=False,
                    help="keep runs already finished in RUNS (to resume, or redo the table and figures)")
     p.add_argument("--target", type=number_in(0, 1, low_open=True), default=0.9,
-                   help="accuracy of the time-to-target column [default: 0.9]")
+                   help="the accuracy the ranking's time to the target is to [default: 0.9]")
 
 
 def cmd_compare(args) -> int:
     settings = {k: v for k, v in vars(args).items() if k in field_types()}   # the train settings given
     try:
+        if "eval_every" not in settings:   # the time to the target: not one evaluation interval
+            settings["eval_every"] = eval_every(load(getattr(args, "config", None), settings).epochs)
         comparison = Comparison(
             setups=args.paradigms.split(","), seeds=parse_seeds(args.seeds), settings=settings,
             runs=args.runs, simulate=args.simulate, launcher=args.launcher, timeout=args.timeout,
@@ -342,10 +365,11 @@ def cmd_compare(args) -> int:
         if not runs:
             print("mpips: error: no run finished", file=sys.stderr, flush=True)
             return 1
+        runs, ranked = ranking(comparison, runs, failed, args.target)
         try:
             with writing(out):
                 result = report(runs, out, target=args.target, csv=os.path.join(out, "table.csv"),
-                                labels=comparison.labels)
+                                labels=comparison.labels, ranked=ranked)
                 with open(os.path.join(out, "table.md"), "w") as fh:
                     fh.write(result.markdown)
         except DiskFull as e:

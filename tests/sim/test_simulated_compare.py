@@ -46,17 +46,22 @@ def test_table_means_files_and_figures(compared):
     out = base / "out"
     with open(out / "table.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert [r["run"] for r in rows] == RUNS
-    assert [(r["paradigm"], r["layout"], r["heterogeneity"]) for r in rows] == \
-        [(p, "1+0+3", "slowdown 1,1,2") for p in ("bsp", "ssp", "bsp", "ssp")]
-    for r, name in zip(rows, RUNS):
-        assert float(r["final_accuracy"]) == pytest.approx(RunLog(str(base / "runs" / name)).summary()["final_accuracy"])
     markdown = (out / "table.md").read_text()
-    table, means = markdown.split("Mean over seeds [0, 1]:")
-    assert [line.split(" | ")[0] for line in table.splitlines()[2:] if line] == [f"| {n}" for n in RUNS]
+    table, rest = markdown.split("Mean over seeds [0, 1]:")
+    means, ranked = rest.split("Ranked by the time to 30%")
+    # the ranking's order: its winner's seeds first (each a simulation: the same order every time)
+    order = [line.split(" | ")[1] for line in ranked.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert sorted(order) == ["bsp", "ssp"] and f"winner: {order[0]}" in ranked
+    runs = [f"{p}-s{s}" for p in order for s in (0, 1)]
+    assert [r["run"] for r in rows] == runs
+    assert [(r["paradigm"], r["layout"], r["heterogeneity"]) for r in rows] == \
+        [(n.split("-")[0], "1+0+3", "slowdown 1,1,2") for n in runs]
+    for r, name in zip(rows, runs):
+        assert float(r["final_accuracy"]) == pytest.approx(RunLog(str(base / "runs" / name)).summary()["final_accuracy"])
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:] if line] == [f"| {n}" for n in runs]
     mean_lines = [line for line in means.splitlines() if line.startswith(("| bsp", "| ssp"))]
     assert len(mean_lines) == 2
-    for line, paradigm in zip(mean_lines, ("bsp", "ssp")):
+    for line, paradigm in zip(mean_lines, order):
         accuracy = np.mean([float(r["final_accuracy"]) for r in rows if r["paradigm"] == paradigm])
         cells = [c.strip() for c in line.split("|")[1:-1]]
         assert cells[:5] == [paradigm, "1+0+3", "mlp on digits", "slowdown 1,1,2", "2"] and f"{100 * accuracy:.1f}%" in cells
