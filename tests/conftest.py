@@ -48,11 +48,16 @@ def no_process_left():
     deadline = time.monotonic() + 15
     while (left := processes_of_this_session()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    # the ranks first, then (given a moment) their launchers: an mpiexec killed
+    # before its ranks leaves its session directory /tmp/ompi.PID behind
+    launchers = [pid for pid, command in left.items() if command.split()[0].endswith(("prterun", "mpiexec"))]
+    for pids in ([pid for pid in left if pid not in launchers], launchers):
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(2 if pids else 0)
     assert not left, "processes left by the tests (killed now):\n" + "\n".join(
         f"  {pid}: {command[:300]}" for pid, command in sorted(left.items()))
 

@@ -227,7 +227,7 @@ class Comparison:
             cmd = [*cmd, "--overwrite"]
         output = run_dir + ".out"
         start = time.perf_counter()
-        code = launches.run_to_file(cmd, output, self.timeout)
+        code = launches.run_to_file(cmd, output, self.timeout, relay=0 if self.simulate else signal.SIGUSR1)
         if code == 0 and finished(run_dir):
             print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
             return run_dir, None

@@ -126,7 +126,8 @@ class ProbeRunner:
         for seed in seeds:
             run_dir = os.path.join(self.out, f"{name}-s{seed}")
             output = run_dir + ".out"
-            code = self.launches.run_to_file(self.command(run_dir, f, seed), output, self.timeout)
+            code = self.launches.run_to_file(self.command(run_dir, f, seed), output, self.timeout,
+                                             relay=signal.SIGUSR1)
             if self.launches.stopped:
                 raise SearchError(f"stopped on {signal.Signals(self.launches.stopped).name} "
                                   f"(the runs so far: {self.out}/search.json)")

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from ...config import ConfigError, field_types, load
+from ...config import Config, ConfigError, field_types, load
 from ...io.log import DiskFull
 from ...io.outdir import folder_problem
 from ...io.rundir import RunDirLock
@@ -69,8 +69,10 @@ def _cmd_plan(args, comm) -> int:
     config_file = getattr(args, "config", None)
     out = args.out or os.path.join("plans", time.strftime("%Y%m%d-%H%M%S"))
     probed, status, lock = None, 2, None   # probed: rank 0 of a probe, whose other ranks wait for the plan's end
+    patience = Config().stall_timeout
     try:
         base = load(config_file, settings)   # bad settings: one line before any work
+        patience = base.stall_timeout
         if "eval_every" not in settings:   # the time to the target: not one evaluation interval
             settings["eval_every"] = eval_every(base.epochs)
         candidates = None if args.candidates is None else [Candidate.parse(c) for c in args.candidates.split(",")]
@@ -117,8 +119,7 @@ def _cmd_plan(args, comm) -> int:
         return _fail(str(e), status)
     finally:
         if probed is not None:   # the others hear how it ended; they too were given a stop signal
-            probe_run.release(probed, status, timeout=settings.get("stall_timeout") or 300.0,
-                              hear=not preemption.received())
+            probe_run.release(probed, status, timeout=patience, hear=not preemption.received())
         if lock is not None:
             lock.release()
 

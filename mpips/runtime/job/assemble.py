@@ -85,6 +85,8 @@ def announce(plan: Plan, segment: int, versions: dict, trains: dict, *, run_id: 
                      ranks=list(range(size)), segment=segment)
     budget = (f"{plan.total_samples} samples in all" if plan.total_samples
               else f"{plan.iterations} iterations per worker")
+    if config.time_limit:   # (the probe's runs: a budget they are not meant to reach)
+        budget = f"until {config.time_limit:g} s of training or {budget}"
     print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
           f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
           f" | {trains['model']} on {trains['dataset']} ({plan.num_params} parameters) | {budget}"
