@@ -112,7 +112,7 @@ def _cmd_plan(args, comm) -> int:
     except (Stopped, probe_run.ProbeStopped) as e:
         status = 128 + e.signum
         if probed is not None or comm is None or comm.Get_rank() == 0:
-            _fail(f"{e}" if isinstance(e, Stopped) else "the probe stopped", status)
+            _fail(str(e), status)
         return status
     except DiskFull as e:
         status = 1

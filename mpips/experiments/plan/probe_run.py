@@ -11,6 +11,7 @@ barrier for good, the plan printed."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -34,7 +35,8 @@ class ProbeStopped(Exception):
     """A stop signal ended the probe, on every rank (after the runs' checkpoint)."""
 
     def __init__(self, signum: int):
-        super().__init__(signum)
+        super().__init__(f"the plan stopped on {signal.Signals(signum).name} during the probe "
+                         f"(a plan probes again from the start)")
         self.signum = signum
 
 
@@ -68,8 +70,8 @@ def probe(config: Config, comm, args, out: str) -> str | None:
         found = run_probe(config, comm, seconds=args.probe_seconds, out=os.path.join(out, "probe"))
     except (ConfigError, SetupError, TrainingFailed) as e:   # the same on every rank
         raise ProbeFailed(f"the probe: {e}", rank) from None
-    except Preempted:   # every rank stopped after the same checkpoint
-        raise ProbeStopped(preemption.which() or 15) from None
+    except Preempted as e:   # every rank stopped after the same checkpoint (which cleared the flag)
+        raise ProbeStopped(signal.SIGUSR1 if e.status == preemption.PREEMPTED_EXIT else e.status - 128) from None
     except BaseException:   # noqa: BLE001 - one rank's failure must end every rank of the launch
         traceback.print_exc()
         comm.Abort(1)
