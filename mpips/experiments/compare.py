@@ -11,9 +11,16 @@ each paradigm keeps its own defaults. An entry is PARADIGM[+COMPRESSOR]
 its own settings over the shared ones; the tables call its runs by the entry. A run is `LAUNCHER -n RANKS python -m mpips train` (RANKS as
 `mpips ranks` counts them) or, with --simulate, `python -m mpips simulate`,
 each in a fresh process, into RUNS/NAME-sSEED/ with its output in
-RUNS/NAME-sSEED.out. Then the table (and its mean over seeds) on the terminal
-and in OUT/table.md, the runs' raw values in OUT/table.csv and the figures of
-`mpips plot` in OUT/. A run that fails is reported and left out (exit status 1).
+RUNS/NAME-sSEED.out (NAME: the entry, of characters that cannot leave RUNS).
+RUNS is the comparison's alone while it runs, and each run directory is
+claimed before any run: one in use, or holding another run, is refused
+without --overwrite, which removes run files only; --reuse keeps a run
+finished with these settings. Then the table sorted by the ranking, its
+mean over seeds, and the ranking with its verdict (ranking.py, as `mpips
+plan`'s) on the terminal and in OUT/table.md, the runs' raw values in
+OUT/table.csv and the figures of `mpips plot` in OUT/. A run that fails is
+reported and left out (exit status 1); a stop signal ends the comparison
+and its runs (128 + the signal's number).
 """
 from __future__ import annotations
 
@@ -323,7 +330,8 @@ def add_arguments(p) -> None:
                    help="with --simulate: runs at once, each its own process [default: 1]")
     p.add_argument("--timeout", type=number_in(0, 1e9, low_open=True), default=None, help="seconds one run may take [default: none]")
     p.add_argument("--reuse", action="store_true", default=False,
-                   help="keep runs already finished in RUNS (to resume, or redo the table and figures)")
+                   help="keep runs finished in RUNS with these settings, and resume unfinished ones (those "
+                        "made with other settings are said and trained again)")
     p.add_argument("--target", type=number_in(0, 1, low_open=True), default=0.9,
                    help="the accuracy the ranking's time to the target is to [default: 0.9]")
 
