@@ -147,7 +147,7 @@ def test_a_plan_refuses_an_out_in_use(tmp_path, capsys):
                      "--out", str(tmp_path / "out")]) == 2
     finally:
         lock.release()
-    assert "invalid out=" in capsys.readouterr().err and not (tmp_path / "out" / "runs").exists()
+    assert "invalid --out " in capsys.readouterr().err and not (tmp_path / "out" / "runs").exists()
 
 
 def test_sigterm_ends_the_plan_and_its_pool(tmp_path):

@@ -89,7 +89,7 @@ def _cmd_plan(args, comm) -> int:
             if comm.Get_rank() == 0:
                 try:
                     lock = _own(out)
-                except ConfigError as e:
+                except OptionError as e:
                     why = str(e)
             why = comm.bcast(why)
             if why:   # said by rank 0 alone, before the probe
@@ -126,12 +126,15 @@ def _cmd_plan(args, comm) -> int:
 
 def _own(out: str) -> RunDirLock:
     """--out made and this plan's alone (two plans on one --out replaced each
-    other's files, and the one whose runs failed exited 0): its lock, or a
-    ConfigError saying why not."""
+    other's files, and the one whose runs failed exited 0): its lock, or an
+    OptionError saying why not."""
     why = folder_problem(out)
     if why:
-        raise ConfigError("out", out, f"cannot write there ({why})")
-    return RunDirLock(out, option="out")
+        raise OptionError("--out", out, f"cannot write there ({why})")
+    try:
+        return RunDirLock(out, option="out")
+    except ConfigError as e:
+        raise OptionError("--out", out, e.allowed) from None
 
 
 def _plan(args, settings: dict, config_file, base, candidates, seeds, path: str, out: str) -> int:
