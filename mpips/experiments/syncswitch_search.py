@@ -11,10 +11,11 @@ interrupted search keeps them.
 The bisection assumes accuracy does not fall as f grows (more BSP); f = 1 is
 pure BSP, so with the default range [0, 1] the upper end needs no run. What
 it measured is checked against that: where a smaller f was more accurate
-than a larger one by more than the tolerance and the seeds' noise, the
-curve is not monotone on this job and the search says so and chooses no f
-(exit status 1), instead of the f a bisection of that curve lands on by
-chance (f = 1.0 after 94.2% at f = 0, 84.4% at 0.5, 78.0% at 0.9375, one seed).
+than a larger one by more than the tolerance and the seeds' noise (falls),
+the curve is not monotone on this job and the search says so and chooses
+no f (exit status 1), instead of the f a bisection of that curve lands on
+by chance (f = 1.0 after 94.2% at f = 0, 84.4% at 0.5, 78.0% at 0.9375,
+one seed).
 """
 from __future__ import annotations
 
@@ -52,16 +53,13 @@ class Probe:
         return sum(self.accuracies) / len(self.accuracies)
 
     @property
-    def error(self) -> float:
-        """The standard error of the mean over the seeds (0 with one)."""
-        n = len(self.accuracies)
-        if n < 2:
-            return 0.0
-        m = self.final_accuracy
-        return math.sqrt(sum((a - m) ** 2 for a in self.accuracies) / (n - 1) / n)
+    def variance(self) -> float:
+        """The seeds' sample variance (0 with one)."""
+        n, m = len(self.accuracies), self.final_accuracy
+        return sum((a - m) ** 2 for a in self.accuracies) / (n - 1) if n > 1 else 0.0
 
     def record(self) -> dict:
-        return {**asdict(self), "final_accuracy": self.final_accuracy, "standard_error": self.error}
+        return {**asdict(self), "final_accuracy": self.final_accuracy}
 
     def __str__(self) -> str:
         name = "BSP" if self.f is None else f"f = {self.f:.4f}"
@@ -89,14 +87,19 @@ def bisect(within: Callable[[float], bool], low: float, high: float, steps: int)
 def falls(probes: list[Probe], tolerance: float) -> tuple[Probe, Probe] | None:
     """Where the measured accuracy falls as f grows: the pair (smaller f,
     larger f; the reference is f = 1) whose means differ most, by more than
-    `tolerance` (accuracy, a fraction) and twice the standard error of the
-    difference over the seeds; None where it does not fall."""
+    `tolerance` (accuracy, a fraction) and the seeds' noise: twice the
+    standard error of the difference, from the seeds' variance pooled over
+    every f measured (two seeds alone tell little of their spread; the
+    spread is the runs', whatever f). None where it does not fall."""
+    dof = sum(len(p.accuracies) - 1 for p in probes)
+    pooled = sum((len(p.accuracies) - 1) * p.variance for p in probes) / dof if dof else 0.0
     ordered = sorted(probes, key=lambda p: 1.0 if p.f is None else p.f)
     worst, gap = None, 0.0
     for k, a in enumerate(ordered):
         for b in ordered[k + 1:]:
             drop = a.final_accuracy - b.final_accuracy
-            if drop > max(tolerance, 2 * math.hypot(a.error, b.error)) and drop > gap:
+            noise = 2 * math.sqrt(pooled * (1 / len(a.accuracies) + 1 / len(b.accuracies)))
+            if drop > max(tolerance, noise) and drop > gap:
                 worst, gap = (a, b), drop
     return worst
 
