@@ -87,10 +87,10 @@ export MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 
 if [ "$(id -u)" = 0 ]; then
-    # Open MPI refuses root unless told, and CI nodes have fewer cores than ranks.
+    # Open MPI refuses root unless told, and CI nodes have fewer cores than ranks. (OMPI_MCA_osc:
+    # mpips turns off UCX's one-sided component itself on nodes without RDMA devices.)
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     export PRTE_MCA_rmaps_default_mapping_policy="${PRTE_MCA_rmaps_default_mapping_policy-:oversubscribe}"
-    export OMPI_MCA_osc="${OMPI_MCA_osc-^ucx}"
 fi
 
 # --- which MPI ------------------------------------------------------------------

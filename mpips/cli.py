@@ -18,6 +18,7 @@ from .config import Config, ConfigError, load
 from .experiments import compare, plan, setups, syncswitch_search
 from .plugins import PluginError, load_plugins, raised_in_plugin
 from .runtime.recovery import preemption
+from .runtime.transport.mpienv import quiet_ucx
 from .validate import StopSignal
 
 
@@ -55,8 +56,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="mpips",
-                                description="PyTorch training on an MPI parameter server.")
+    from . import __version__
+
+    p = _Parser(prog="mpips", description="PyTorch training on an MPI parameter server.")
+    p.add_argument("--version", action="version", version=f"mpips {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
     simulate = _train_parser(sub, "simulate", "run the same job in one process in virtual time "
@@ -114,6 +117,8 @@ into the printed command; in the search the profile stands for the cluster.
 DELEGATED = {
     "summarize": ("mpips.analysis.summarize", "one table over run logs (mpips summarize --help)"),
     "plot": ("mpips.analysis.plot", "figures over run logs (mpips plot --help)"),
+    "export": ("mpips.analysis.export", "a run log as TensorBoard scalars or a Chrome/Perfetto trace "
+                                        "(mpips export --help)"),
 }
 
 _OWN = ("command", "config", "plugin", "cluster")   # arguments that are not settings
@@ -181,6 +186,8 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
                    else f"rank {failed[0]}: {errors[failed[0]]}")
         return _fail(message) if comm.Get_rank() == 0 else 2
 
+    if comm.Get_rank() == 0 and config is not None and config.progress != "off":
+        print(f"mpips: set-up: {comm.Get_size()} rank(s) started; importing torch", file=sys.stderr, flush=True)
     from .runtime.job.train import SetupError, TrainingFailed, train
     from .runtime.recovery.checkpointer import Preempted
 
@@ -281,19 +288,37 @@ def cmd_info(args) -> int:
     # A damaged log (a rank file missing, truncated, unreadable) is summarized
     # from what is left, says so, and exits 1: its numbers are not the run's.
     code = 1 if log.problems else 0
+    shown = run_settings(log.config)
     if args.json:
         whole = log.completeness()
-        print(json.dumps({**s, **{k: v for k, v in whole.items() if k not in ("complete", "reason")}}))
+        print(json.dumps({**s, **{k: v for k, v in whole.items() if k not in ("complete", "reason")},
+                          "settings": shown}))
         return code
-    width = max(len(k) for k in s)
+    width = max(len(k) for k in [*s, *shown])
     for k, v in s.items():
         if isinstance(v, float):
             v = f"{v:.4g}"
         print(f"{k:<{width}}  {v}")
+    print("settings (those that differ from the defaults, and the learning rate, batch and seed):")
+    for k, v in shown.items():
+        print(f"  {k:<{width - 2}}  {v!r}" if isinstance(v, str) else f"  {k:<{width - 2}}  {v}")
     if log.problems:
         print(f"mpips: warning: {args.run_dir}: damaged run log: {'; '.join(log.problems)}",
               file=sys.stderr, flush=True)
     return code
+
+
+ALWAYS_SHOWN = ("paradigm", "lr", "batch_size", "epochs", "seed")
+
+
+def run_settings(config: dict) -> dict:
+    """A run's settings as `info` shows them: the paradigm, learning rate, batch,
+    epochs and seed, then every other one that differs from its default (a
+    paradigm's options, the compressor, the emulated cluster, ...)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    changed = {k: v for k, v in config.items()
+               if k not in ALWAYS_SHOWN and k != "run_dir" and k in defaults and v != defaults[k]}
+    return {**{k: config[k] for k in ALWAYS_SHOWN if k in config}, **changed}
 
 
 def main(argv=None, *, comm=None) -> int:
@@ -310,7 +335,8 @@ def main(argv=None, *, comm=None) -> int:
 def _main(argv: list[str], comm) -> int:
     # One module search path for `mpips` and `python -m mpips`: the current directory
     # first, as `python -m` puts it (a user's --model pkg.mod:fn or --dataset beside
-    # the job resolves the same with either; README, "Datasets and models")
+    # the job resolves the same with either; docs/guide.md, "Datasets and models")
+    quiet_ucx()   # before any MPI starts (train, plan under mpirun; compare's jobs inherit it)
     cwd = os.getcwd()
     if "" not in sys.path and cwd not in sys.path:
         sys.path.insert(0, cwd)

@@ -30,7 +30,9 @@ VSGD_GATES = ("ssp", "asp")
 VALUE_MEASURES = ("exact", "bound")
 BUDGETS = ("global", "per-worker")
 ASYNC_MOMENTUM = ("compensated", "as-set")
+SIM_GRADIENTS = ("auto", "batched", "exact")
 LOCAL_MODES = ("sync", "async")
+PROGRESS_MODES = ("auto", "bar", "lines", "off")
 MAX_SYNTHETIC = 10_000_000   # samples of the synthetic dataset (64 floats each, on every rank)
 MAX_MNIST1D = 1_000_000      # samples of mnist1d (made in about 2 minutes per million, once)
 MIN_STALL_TIMEOUT = 1.0      # seconds
@@ -146,6 +148,10 @@ class Config:
                                 "(which moves each push's bytes at sim-bandwidth)")
     sim_apply_per_push: float = _f(0.0, "simulate: seconds a server's step takes per push it sums, beyond "
                                         "the push's bytes at sim-bandwidth (a measured cluster's: mpips plan)")
+    sim_gradients: str = _f("auto", "simulate: batched = the gradients of the workers computing at once in "
+                                    "one vmap call (the same schedule, floats within rounding); exact = each "
+                                    "worker's alone, bit for bit an MPI job's; auto = batched from 32 workers",
+                            SIM_GRADIENTS)
     # runtime -----------------------------------------------------------------
     run_dir: str = _f("", "run directory; default runs/<time>-<paradigm>")
     overwrite: bool = _f(False, "start afresh in a run directory that holds another run, removing its "
@@ -159,6 +165,10 @@ class Config:
     stall_warn: float = _f(60.0, "a wait longer than this prints whom it waits for")
     stall_timeout: float = _f(300.0, "a wait longer than this aborts the job")
     torch_threads: int = _f(1, "torch threads per rank")
+    progress: str = _f("auto", "the progress of samples, throughput, time left and accuracy, on stderr: a bar "
+                               "updating in place, a line every progress-every seconds, or none; auto: the bar "
+                               "on a terminal, else lines", PROGRESS_MODES)
+    progress_every: float = _f(10.0, "seconds between two progress lines (progress lines, or auto off a terminal)")
     fail_at: str = _f("", "testing: 'worker:iteration' raises there")
     nan_at: str = _f("", "testing: 'worker:iteration[,...]' pushes a NaN gradient there")
 
@@ -237,6 +247,7 @@ class Config:
         _positive(self, "eval_every")
         _positive(self, "log_flush_seconds")
         _positive(self, "stall_warn")
+        _positive(self, "progress_every")
         _positive(self, "stall_timeout")
         if self.stall_timeout < MIN_STALL_TIMEOUT:
             # below this, start-up waits of a loaded machine would abort healthy jobs

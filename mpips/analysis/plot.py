@@ -5,11 +5,14 @@ pandas DataFrames (`evaluation_frame`, `target_frame`) and their arrays.
     mpips plot runs/ssp -o figures/ --window 2:4    # timeline of seconds 2..4
 
 Writes into the output directory:
-  accuracy.png          accuracy and loss versus time, a line per run, one
-                        column per emulated cluster
+  accuracy.png          accuracy and loss versus time, one column per emulated
+                        cluster, a line per setting: the mean over its seeds
+                        with a band for their range (--per-seed: a line per
+                        run); beyond 8 settings, a small panel per setting
   staleness.png         iteration-staleness histogram of every run
-  time_to_target.png    seconds to the target accuracy, a bar per setting (its
-                        seeds pooled) and cluster
+  time_to_target.png    seconds to the target accuracy, a bar per setting (the
+                        mean of its seeds, error bars their range) and cluster,
+                        fastest first
   timeline-RUN.png      per worker (per speed class beyond 16 workers): wait,
                         pull, compute, emulated slowdown, push
   dynamics-RUN.png      what the paradigm decided over time, where the log has
@@ -37,7 +40,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from ..config import PARADIGMS  # noqa: E402
@@ -58,8 +60,15 @@ from .summarize import (  # noqa: E402
 )
 
 DPI = 110
-# One colour per paradigm, the same in every figure.
+# One colour per paradigm where a figure draws paradigms' own decisions (dynamics).
 PARADIGM_COLOURS = dict(zip(list(PARADIGMS)[:10], plt.colormaps["tab10"].colors))  # type: ignore[attr-defined]  # a ListedColormap
+# One colour per entry of a comparison (a setting: its seeds share it), in the order the
+# entries come: tab10, then the darker tones of tab20b/tab20c, never one twice in a figure
+# of up to 20 entries (12 paradigms drew bsp and localsgd both blue-green).
+ENTRY_COLOURS = (list(plt.colormaps["tab10"].colors)  # type: ignore[attr-defined]
+                 + [plt.colormaps["tab20b"].colors[k] for k in (0, 4, 8, 12, 16)]  # type: ignore[attr-defined]
+                 + [plt.colormaps["tab20c"].colors[k] for k in (0, 4, 8, 12, 16)])  # type: ignore[attr-defined]
+SMALL_MULTIPLES = 8   # more entries than this in a panel: a panel per entry instead
 # Timeline segments in the order an iteration runs them.
 SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
             ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated device time (sleep)"),
@@ -114,21 +123,13 @@ def _wrapped(label: str, width: int = 40) -> str:
     return "\n".join(lines + [line])
 
 
-def _shade(c, k: int, n: int):
-    """The k-th of n shades of colour c, from darker to lighter."""
-    if n == 1:
-        return c
-    rgb, t = np.array(to_rgb(c)), -0.45 + 0.9 * k / (n - 1)
-    return tuple(rgb * (1 + t) if t < 0 else rgb + (1 - rgb) * t)
-
-
 def run_labels(logs: list[RunLog]):
     """One row per run: `cluster` (its figures' panel), `group`: what it ran
     (the paradigm and the settings that differ between these runs, the
     cluster aside), the same for its seeds; `label`: the group, with the
     seed where a cluster has runs of the group that differ by it alone (the
-    run's name where not even that); `colour`: the paradigm's, its shades
-    where it has several groups; `ls`: a line style per run of a group."""
+    run's name where not even that); `colour`: the group's own (ENTRY_COLOURS,
+    in the groups' order); `ls`: a line style per run of a group."""
     if not logs:
         return pd.DataFrame(columns=["cluster", "group", "paradigm", "seed", "run", "label", "ls", "colour"])
     every = [settings(log) for log in logs]
@@ -145,10 +146,8 @@ def run_labels(logs: list[RunLog]):
                           ", seed " + runs["seed"].astype(str), ", run " + runs["run"])
     runs["label"] = runs["group"].where(size == 1, runs["group"] + told_apart)
     runs["ls"] = [LINESTYLES[k % len(LINESTYLES)] for k in same.cumcount()]
-    shades = {}
-    for paradigm, groups in runs.drop_duplicates("group").groupby("paradigm", sort=False)["group"]:
-        shades.update({g: _shade(colour(paradigm), k, len(groups)) for k, g in enumerate(groups)})
-    runs["colour"] = runs["group"].map(shades)
+    entries = list(dict.fromkeys(runs["group"]))
+    runs["colour"] = runs["group"].map({g: ENTRY_COLOURS[k % len(ENTRY_COLOURS)] for k, g in enumerate(entries)})
     return runs
 
 
@@ -166,24 +165,62 @@ def evaluation_frame(logs: list[RunLog]):
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) -> str:
+def mean_curves(evaluations, column: str = "accuracy", points: int = 200):
+    """Per group (`evaluation_frame`'s, within one cluster): its runs' `column`
+    against time, each interpolated on one grid from 0 to the last run's end:
+    the mean over the runs that still run at each time and their spread
+    (min, max). Yields (group, time, mean, low, high, runs)."""
+    if not len(evaluations):
+        return
+    end = float(evaluations["time"].max())
+    grid = np.linspace(0.0, end, points)
+    for group, of_group in evaluations.groupby("group", sort=False):
+        curves = []
+        for _, ev in of_group.groupby("k", sort=True):
+            t, y = ev["time"].to_numpy(float), ev[column].to_numpy(float)
+            curves.append(np.where((grid >= t[0]) & (grid <= t[-1]), np.interp(grid, t, y), np.nan))
+        stack = np.vstack(curves)
+        seen = np.isfinite(stack).any(axis=0)
+        with np.errstate(all="ignore"):
+            mean, low, high = (np.nanmean(stack[:, seen], axis=0), np.nanmin(stack[:, seen], axis=0),
+                               np.nanmax(stack[:, seen], axis=0))
+        yield group, grid[seen], mean, low, high, len(curves)
+
+
+def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None, *, per_seed: bool = False) -> str:
     """Accuracy (top) and loss (bottom) versus time, one column per emulated
-    cluster, a line per run (`run_labels`: the seeds of a setting share its
-    colour, in line styles of their own); the accuracy axis spans the data."""
+    cluster, one line per entry (a setting: `run_labels`' group) in a colour of
+    its own: the mean over its seeds, with a band from the lowest to the
+    highest seed. More than SMALL_MULTIPLES entries in a cluster: the accuracy
+    alone, a small panel per entry (the others' means in grey behind it).
+    `per_seed`: a line per run instead (its seeds in line styles of their own)."""
     evaluations, styles = evaluation_frame(logs), run_labels(logs)
     clusters = list(dict.fromkeys(styles["cluster"]))
+    entries = max((styles[styles["cluster"] == c]["group"].nunique() for c in clusters), default=0)
+    if entries > SMALL_MULTIPLES and not per_seed:
+        return _accuracy_multiples(logs, evaluations, styles, clusters, path, target)
     short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
-    entries = max(styles["cluster"].value_counts(), default=0)   # legend rows below each column
-    fig, axes = plt.subplots(2, len(clusters), figsize=(6.5 * len(clusters), 7.5 + 0.12 * entries),
+    shown = len(styles) if per_seed else entries   # legend rows below each column
+    fig, axes = plt.subplots(2, len(clusters), figsize=(6.5 * len(clusters), 7.5 + 0.12 * shown),
                              sharex="col", squeeze=False, layout="constrained")
+    colour_of = dict(zip(styles["group"], styles["colour"]))
     for col, cluster in enumerate(clusters):
         acc, loss = axes[0, col], axes[1, col]
         here = evaluations[evaluations["cluster"] == cluster] if len(evaluations) else evaluations
-        for k, ev in (here.groupby("k", sort=True) if len(here) else ()):
-            style = dict(color=styles["colour"][k], ls=styles["ls"][k], lw=1.4, alpha=0.9,
-                         label=_wrapped(styles["label"][k]), marker="o" if len(ev) <= 25 else None, ms=2.5)
-            acc.plot(ev["time"], ev["accuracy"], **style)
-            loss.plot(ev["time"], ev["loss"], **style)
+        if per_seed:
+            for k, ev in (here.groupby("k", sort=True) if len(here) else ()):
+                style = dict(color=styles["colour"][k], ls=styles["ls"][k], lw=1.4, alpha=0.9,
+                             label=_wrapped(styles["label"][k]), marker="o" if len(ev) <= 25 else None, ms=2.5)
+                acc.plot(ev["time"], ev["accuracy"], **style)
+                loss.plot(ev["time"], ev["loss"], **style)
+        else:
+            for ax, column in ((acc, "accuracy"), (loss, "loss")):
+                for group, t, mean, low, high, runs in mean_curves(here, column):
+                    c = colour_of[group]
+                    label = _wrapped(group + (f" ({runs} seeds)" if runs > 1 else ""))
+                    ax.plot(t, mean, color=c, lw=1.6, label=label)
+                    if runs > 1:
+                        ax.fill_between(t, low, high, color=c, alpha=0.18, lw=0)
         if target is not None:
             acc.axhline(target, color="black", ls="--", lw=0.8)
         if len(here):
@@ -191,7 +228,8 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
                       max(here["accuracy"].max(), target if target is not None else 0.0))
             margin = 0.05 * (hi - lo) or 0.02
             acc.set_ylim(lo - margin, hi + margin)
-        acc.set_title(_title(short[cluster], 75), fontsize=10)
+        acc.set_title(_title(short[cluster] + ("" if per_seed else ": mean over seeds, band: their range"), 75),
+                      fontsize=10)
         acc.set_ylabel("test accuracy")
         loss.set_ylabel("test loss")
         loss.set_yscale("log")
@@ -200,6 +238,42 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
             ax.grid(alpha=0.3)
         if len(here):
             loss.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    return _save(fig, path)
+
+
+def _accuracy_multiples(logs, evaluations, styles, clusters, path: str, target: float | None) -> str:
+    """The accuracy figure as small multiples: a row of panels per cluster,
+    a panel per entry (its mean and band in its colour, the other entries'
+    means in grey), the same axes everywhere."""
+    short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
+    groups = list(dict.fromkeys(styles["group"]))
+    cols = 4
+    rows_per = math.ceil(len(groups) / cols)
+    fig, axes = plt.subplots(rows_per * len(clusters), cols, figsize=(3.4 * cols, 2.6 * rows_per * len(clusters) + 0.6),
+                             sharex=True, sharey=True, squeeze=False, layout="constrained")
+    colour_of = dict(zip(styles["group"], styles["colour"]))
+    for c, cluster in enumerate(clusters):
+        here = evaluations[evaluations["cluster"] == cluster] if len(evaluations) else evaluations
+        curves = {g: rest for g, *rest in mean_curves(here)}
+        for j, group in enumerate(groups):
+            ax = axes[c * rows_per + j // cols, j % cols]
+            for other, (t, mean, *_) in curves.items():
+                if other != group:
+                    ax.plot(t, mean, color="0.82", lw=0.8)
+            if group in curves:
+                t, mean, low, high, runs = curves[group]
+                ax.fill_between(t, low, high, color=colour_of[group], alpha=0.25, lw=0)
+                ax.plot(t, mean, color=colour_of[group], lw=1.8)
+            if target is not None:
+                ax.axhline(target, color="black", ls="--", lw=0.7)
+            ax.set_title(_title(group, 40), fontsize=8)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=7)
+        for j in range(len(groups), rows_per * cols):
+            axes[c * rows_per + j // cols, j % cols].set_visible(False)
+        axes[c * rows_per, 0].set_ylabel(_title(f"{short[cluster]}: test accuracy", 30), fontsize=8)
+    fig.suptitle(f"test accuracy against {time_label(logs)}: each entry's mean over seeds (band: their range), "
+                 "the other entries in grey", fontsize=9)
     return _save(fig, path)
 
 
@@ -221,22 +295,38 @@ def target_frame(logs: list[RunLog], target: float):
     }).astype({"time": float})
 
 
+def target_order(runs) -> list[str]:
+    """`target_frame`'s groups, fastest mean time to the target first; then
+    those that reached it in some of their runs only (their mean is of those
+    runs: not comparable), fastest first; those that never reached it last."""
+    by = runs.groupby("group", sort=False)["time"]
+    key = pd.DataFrame({"partly": by.count() < by.size(), "mean": by.mean()})
+    return key.sort_values(["partly", "mean"], kind="stable", na_position="last").index.tolist()
+
+
 def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
     """A bar per setting (`run_labels`' group: runs differing by seed alone):
     seconds until the test accuracy first reached the target (mean over its
-    runs, whiskers from the fastest to the slowest run), one panel per
-    emulated cluster; the text gives the mean final accuracy."""
-    runs = target_frame(logs, target)
-    order = {p: k for k, p in enumerate(PARADIGMS)}   # the README's order; variants after theirs
-    names = (runs.assign(rank=runs["paradigm"].map(lambda p: order.get(p, len(order))))
-             .drop_duplicates("group").sort_values("rank", kind="stable")["group"].tolist())
-    clusters = list(dict.fromkeys(runs["cluster"]))
+    runs, error bars from the fastest to the slowest run), fastest first
+    (`target_order`); one panel per emulated cluster; the text gives the
+    mean final accuracy."""
     short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
-    fig, axes = plt.subplots(1, len(clusters), figsize=(6.5 * len(clusters), 1.2 + 0.45 * len(names)),
-                             squeeze=False, sharey=True)
+    return target_bars(target_frame(logs, target), path, target,
+                       time_label(logs, f"time to {100 * target:g}% test accuracy"), short)
+
+
+def target_bars(runs, path: str, target: float, xlabel: str, titles: dict[str, str]) -> str:
+    """time_to_target_figure's drawing, from `target_frame`'s columns (a results
+    file's rows give them too: benchmarks/regenerate_figures.py); `titles`:
+    cluster -> its panel's title."""
+    names = list(dict.fromkeys(runs["group"]))
+    clusters = list(dict.fromkeys(runs["cluster"]))
+    fig, axes = plt.subplots(1, len(clusters), figsize=(8 * len(clusters), 1.2 + 0.5 * len(names)),
+                             squeeze=False, layout="constrained")
     for ax, cluster in zip(axes[0], clusters):
         here = runs[runs["cluster"] == cluster]
         longest = float(here["time"].max()) if here["time"].notna().any() else 0.0
+        names = target_order(here)
         for y, name in enumerate(names):
             members = here[here["group"] == name]
             if members.empty:
@@ -246,7 +336,8 @@ def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
             reached = f"{len(times)}/{len(members)} runs, " if len(members) > 1 else ""
             if len(times):
                 mean = float(times.mean())
-                ax.barh(y, mean, color=members["colour"].iloc[0], alpha=0.85,
+                # pale: reached in some runs only (a mean of those runs: ranked after the others)
+                ax.barh(y, mean, color=members["colour"].iloc[0], alpha=0.85 if len(times) == len(members) else 0.35,
                         hatch="//" if members["name"].iloc[0] != members["paradigm"].iloc[0] else None,
                         edgecolor="white")
                 if len(times) > 1:
@@ -258,13 +349,12 @@ def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
                 ax.text(0, y, f" never reached {100 * target:g}% (final {100 * final:.1f}%)", va="center",
                         fontsize=8, color="tab:red")
         ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names)
+        ax.set_yticklabels([_wrapped(n, 24) for n in names], fontsize=8)
         ax.set_ylim(len(names) - 0.5, -0.5)
         ax.set_xlim(0, 1.8 * longest if longest else 1)
-        ax.set_xlabel(time_label(logs, f"time to {100 * target:g}% test accuracy"))
-        ax.set_title(_title(short[cluster], 75), fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_title(_title(titles.get(cluster, cluster), 75), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
     return _save(fig, path)
 
 
@@ -695,16 +785,18 @@ def dynamics_figure(log: RunLog, path: str) -> str | None:
 # all of it ------------------------------------------------------------------
 def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
               window: tuple[float, float] | None = None, per_run: list[str] | None = None,
-              labels: dict[str, str] | None = None) -> list[str]:
+              labels: dict[str, str] | None = None, per_seed: bool = False) -> list[str]:
     """Every figure for these runs into out_dir; returns the files written.
     Timelines and dynamics only for the runs in `per_run` (default: all).
-    `labels` (run directory -> name): what the runs it names are called."""
+    `labels` (run directory -> name): what the runs it names are called.
+    `per_seed`: the accuracy figure draws every run, not each setting's mean."""
     os.makedirs(out_dir, exist_ok=True)
     logs = labelled([RunLog(d) for d in run_dirs], labels)
     for log in logs:   # drawn from what could be read, as summarize's rows
         if log.problems:
             print(f"plot: damaged run log {log.name}: {'; '.join(log.problems)}", file=sys.stderr)
-    written: list[str | None] = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
+    written: list[str | None] = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target,
+                                                 per_seed=per_seed),
                staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
     if target is not None:
         written.append(time_to_target_figure(logs, os.path.join(out_dir, "time_to_target.png"), target))
@@ -730,12 +822,14 @@ def _window(text: str) -> tuple[float, float]:
 
 
 def main(argv=None, prog: str | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="where the PNG files go")
     p.add_argument("--target", type=number_in(0, 1, low_open=True), default=0.9, help="accuracy line drawn on the accuracy plot")
     p.add_argument("--window", type=_window, metavar="START:END",
                    help="timeline window in seconds (default: the first ~40 iterations of the slowest worker)")
+    p.add_argument("--per-seed", action="store_true",
+                   help="accuracy.png: a line per run (seeds in line styles) instead of each setting's mean and band")
     args = p.parse_args(argv)
     try:
         runs = find_runs(args.runs)
@@ -743,7 +837,7 @@ def main(argv=None, prog: str | None = None) -> int:
         print(f"plot: {e}", file=sys.stderr)
         return 2
     try:
-        for path in plot_runs(runs, args.out, target=args.target, window=args.window):
+        for path in plot_runs(runs, args.out, target=args.target, window=args.window, per_seed=args.per_seed):
             print(path)
     except LogError as e:   # a run.h5 that cannot be read: one line, as info and summarize
         print(f"plot: {e}", file=sys.stderr)

@@ -11,6 +11,7 @@ import numpy as np
 from ..config import Config
 from ..io.log import RankLog
 from ..paradigms import Paradigm
+from ..training.batched import BatchedGradients
 from .layout import Layout
 from .recovery.checkpointer import Checkpoints
 from .state import S, W
@@ -32,6 +33,7 @@ class Plan:
     num_params: int
     sparse: bool                 # clients push top-k (a store then zeroes a slot once taken)
     loss_fn: Callable | None = None   # a user's loss(output, target) (mpips.train); None: cross-entropy
+    training_samples: int = 0        # of the data set (a round larger than them cannot train: announce)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class Services:
     clock: Clock                     # wall time, or the simulator's virtual time (wait.py)
     checkpointer: Checkpoints
     budget_table: ControlTable       # whose CLAIMED cell counts the global budget's claims
+    # the simulator's batched gradients (training/batched.py); None: each worker computes its own
+    gradients: BatchedGradients | None = None
 
 
 @dataclass
@@ -88,10 +92,10 @@ class Context:
     def view(self):
         return self.table.view(self.table.read(), self.now())
 
-    def wait(self, ready, *, what: str, describe, due=None) -> float:
+    def wait(self, ready, *, what: str, describe, due=None, changed=None) -> float:
         return self.clock.wait_until(ready, what=f"{self.name}: {what}", describe=describe,
                                      warn=self.config.stall_warn, timeout=self.config.stall_timeout,
-                                     due=due)
+                                     due=due, changed=changed)
 
     def epochs_of(self, pushes: int) -> float:
         return pushes / self.level.epoch_pushes

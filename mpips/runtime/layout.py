@@ -57,6 +57,25 @@ class Layout:
         return asdict(self)
 
 
+NOT_LAUNCHED = ("a job runs one process per rank, and this is one process: start it under a launcher, "
+                "`mpirun -n $(mpips ranks --workers N ...) mpips train --workers N ...` (`mpips ranks` counts "
+                "the ranks these settings need; srun under Slurm), or run the whole job in this one process "
+                "in virtual time: `mpips simulate --workers N ...`")
+
+
+def roles_note(layout: Layout, derived: bool) -> str:
+    """Rank 0's line on how the ranks started were split, when a role other than
+    servers and workers took some and the workers were derived from -n (`-n 5
+    --paradigm gssp --groups 2` trains 2 workers, `-n 5 --evaluator` 3); '' otherwise."""
+    if not derived or not (layout.group_servers or layout.evaluators):
+        return ""
+    parts = [f"{layout.servers} server(s)", f"{layout.group_servers} group server(s)" if layout.group_servers else "",
+             f"{layout.workers} worker(s)", "1 evaluator" if layout.evaluators else ""]
+    return (f"mpips: the {layout.size} ranks started are {' + '.join(filter(None, parts))}: the workers are "
+            f"what the other roles leave (--workers N checks the count; `mpips ranks --workers N ...` "
+            f"says how many ranks N workers need)")
+
+
 def ranks_for(config) -> int:
     """The world size a job of `config` needs (its `workers` given), checked by make_layout."""
     if not config.workers:
@@ -74,6 +93,9 @@ def make_layout(config, world_size: int) -> Layout:
     """The layout for this world size, or a ConfigError saying why not."""
     group_servers = _group_servers(config)
     evaluators = 1 if config.evaluator else 0
+    if world_size == 1:
+        # `mpips train` (or mpips.train) started as a plain process: no launcher
+        raise ConfigError("ranks", world_size, NOT_LAUNCHED)
     if config.servers >= world_size:
         raise ConfigError("servers", config.servers,
                           f"must be < the {world_size} ranks started, leaving ranks for workers")

@@ -33,6 +33,12 @@ class TrainingFailed(Exception):
     rank raises it with the same one-line message after a clean end."""
 
 
+def setup_phase(config: Config, rank: int, what: str) -> None:
+    """Rank 0 names the set-up step under way (seconds of it, on a loaded node)."""
+    if rank == 0 and config.progress != "off":
+        print(f"mpips: set-up: {what}", file=sys.stderr, flush=True)
+
+
 def prepare(config: Config, layout, *, model=None, dataset=None):
     """Everything a rank would otherwise find bad only later, alone, in a
     worker or a server (where it can only abort the job), checked on every
@@ -70,7 +76,20 @@ def make_plan(config: Config, layout: Layout, paradigm, samples: int, ipe: float
         iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
     epochs = total_samples / (ipe * paradigm.round_samples()) if total_samples else iterations / ipe
     return Plan(config, layout, config.run_dir, iterations, ipe, epochs, total_samples, num_params,
-                config.compressor != "none", loss_fn)
+                config.compressor != "none", loss_fn, samples)
+
+
+def too_short(plan: Plan) -> str:
+    """Why a run under the global budget cannot train, or '': a round of every
+    worker's batch beyond the training set makes an epoch less than one round
+    (256 workers x 16 samples on 1,438 digits: 5 epochs were 2 rounds, 10.6%)."""
+    if not plan.total_samples or plan.iterations_per_epoch >= 1:
+        return ""
+    round_samples = round(plan.training_samples / plan.iterations_per_epoch)
+    return (f"a round of the {plan.layout.workers} workers' batches ({round_samples:,} samples) is more than the "
+            f"{plan.training_samples:,} training samples: {plan.epochs:g} epoch(s) are {plan.total_samples:,} "
+            f"samples, {plan.iterations} round(s) of updates, too few to train; use fewer workers, a smaller "
+            f"--batch-size, more data (mnist1d: --mnist1d-samples) or more --epochs")
 
 
 def announce(plan: Plan, segment: int, versions: dict, trains: dict, *, run_id: str, **more) -> None:
@@ -87,6 +106,8 @@ def announce(plan: Plan, segment: int, versions: dict, trains: dict, *, run_id: 
               else f"{plan.iterations} iterations per worker")
     if config.time_limit:   # (the probe's runs: a budget they are not meant to reach)
         budget = f"until {config.time_limit:g} s of training or {budget}"
+    if too_short(plan):
+        print(f"mpips: warning: {too_short(plan)}", file=sys.stderr, flush=True)
     print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
           f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
           f" | {trains['model']} on {trains['dataset']} ({plan.num_params} parameters) | {budget}"
@@ -127,9 +148,10 @@ def judge_training(run_dir: str, rejected: int, pushes: int, lost_losses: int = 
 
 
 def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats: dict,
-        data) -> tuple[int, int, int]:
+        data, gradients=None) -> tuple[int, int, int]:
     """Every role this process runs (`transport.ranks`, each with its log,
-    checkpointer and model) to the end; the run's (rejected pushes, pushes,
+    checkpointer and model) to the end (`gradients`: the simulator's
+    BatchedGradients, or None); the run's (rejected pushes, pushes,
     evaluating ranks whose last loss was not finite): what judge_training judges."""
     layout = plan.layout
     clients = layout.group_server_ranks or layout.worker_ranks   # who pushes to the servers
@@ -145,7 +167,8 @@ def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats
         # every rank its own paradigm, as every MPI rank
         paradigm = make_paradigm(plan.config, layout.workers)
         paradigm.set_iterations(plan.iterations)
-        contexts[rank] = ctx = Context(plan, level, Services(logs[rank], transport.clock, checkpointers[rank], table),
+        contexts[rank] = ctx = Context(plan, level, Services(logs[rank], transport.clock, checkpointers[rank], table,
+                                                                gradients),
                                        paradigm, rank, *layout.role(rank))
         ctx.checkpointer.begin(ctx)
     if layout.group_servers:   # a second level of servers (levels.py)

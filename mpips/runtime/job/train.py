@@ -19,11 +19,11 @@ from ...io.rundir import RunDirLock, default_run_dir, new_run_id, own_run_dir, r
 from ...training.data import DataError
 from ...training.flatmodel import FlatModel, rank_device, warm_up
 from ...training.models import workload
-from ..layout import EVALUATOR, WORKER, make_layout
+from ..layout import EVALUATOR, WORKER, make_layout, roles_note
 from ..recovery.checkpointer import Checkpointer, DiskFullAtCheckpoint, Preempted
 from ..transport.mpi import MPITransport
 from ..transport.wait import precise_sleeps
-from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, run, versions
+from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, run, setup_phase, versions
 
 
 class SetupError(Exception):
@@ -96,8 +96,11 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
     precise_sleeps()
     rank, size = transport.rank, transport.size
     layout = _agree(transport, "the layout", lambda: make_layout(config, size))
+    if rank == 0 and roles_note(layout, derived=not config.workers):
+        print(roles_note(layout, derived=True), file=sys.stderr, flush=True)
     config = config.with_workers(layout.workers)
     role, index = layout.role(rank)
+    setup_phase(config, rank, "reading the data and building the model")
 
     run_dir = transport.bcast(config.run_dir or default_run_dir(config) if rank == 0 else None)
     config.run_dir = run_dir
@@ -116,6 +119,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
                     lambda: rank_device(config, role in (WORKER, EVALUATOR),
                                         *transport.on_this_node(role in (WORKER, EVALUATOR))))
     flat = FlatModel(model, device)
+    setup_phase(config, rank, "warming up the workers, allocating the windows")
     if role == WORKER:
         warm_up(flat, data, config.batch_size, loss)
     plan = make_plan(config, layout, paradigm, len(data.y_train), ipe, flat.n, loss)

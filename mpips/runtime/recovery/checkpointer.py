@@ -96,7 +96,7 @@ class Checkpoints(Protocol):
 
     def clients_stopped(self, table, snap: np.ndarray) -> bool: ...
 
-    def wait(self, ctx, ready, *, what: str, describe, stop) -> float: ...
+    def wait(self, ctx, ready, *, what: str, describe, stop, due=None) -> float: ...
 
     def halt(self, ctx, role_state, *, ack: int | None, coordinator: bool = False, group=None) -> None: ...
 
@@ -210,22 +210,25 @@ class Checkpointer:
         return bool(((rows[:, W.HALTED] >= snap[G.CHECKPOINT]) | (rows[:, W.DONE] > 0)).all())
 
     # the stop ------------------------------------------------------------------------------
-    def wait(self, ctx, ready, *, what: str, describe, stop) -> float:
+    def wait(self, ctx, ready, *, what: str, describe, stop, due=None) -> float:
         """ctx.wait(ready) that also ends for a checkpoint asked for meanwhile
-        and then runs `stop()` (which takes it) before waiting on."""
+        and then runs `stop()` (which takes it) before waiting on. `ready`
+        reads the control table and nothing else: a poll that finds it
+        unchanged is skipped (wait.wait_until's `changed`)."""
         total = 0.0
         while True:
             halt = []
 
             def ready_or_halt():
                 # before `ready`: a paradigm's gate may decide something once
-                # per clock (DSSP's credits) that a stop here must not spend
-                if self.requested(ctx.table.read()):
+                # per clock (DSSP's credits) that a stop here must not spend.
+                # The table as `ready` read it at the poll before: one read a poll
+                if self.requested(ctx.table.latest):
                     halt.append(True)
                     return True
                 return ready()
 
-            total += ctx.wait(ready_or_halt, what=what, describe=describe)
+            total += ctx.wait(ready_or_halt, what=what, describe=describe, due=due, changed=ctx.table.changed)
             if not halt:
                 return total
             stop()
@@ -361,5 +364,5 @@ class NoCheckpoints:
     def clients_stopped(self, table, snap) -> bool:
         return False
 
-    def wait(self, ctx, ready, *, what: str, describe, stop) -> float:
-        return ctx.wait(ready, what=what, describe=describe)   # nothing to stop for
+    def wait(self, ctx, ready, *, what: str, describe, stop, due=None) -> float:
+        return ctx.wait(ready, what=what, describe=describe)   # nothing to stop for (and nothing polls)

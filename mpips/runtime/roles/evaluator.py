@@ -22,7 +22,9 @@ import numpy as np
 import torch
 
 from ..context import Context
+from ..progress import Progress
 from ..state import G, S, W
+from ..transport.wait import WallClock
 
 PROGRESS_EVERY = 1.0   # s: the evaluator's wait returns this often while the servers progress
 
@@ -36,6 +38,10 @@ class Evaluator:
         self.last_pushes = -1
         self.last_loss: float | None = None   # of this process's last evaluation (assemble.judge_training)
         self.next_eval = ctx.config.eval_every   # epochs (the evaluator rank's own schedule)
+        plan, config = ctx.plan, ctx.config
+        self.progress = Progress(plan.total_samples or plan.iterations * plan.layout.workers * config.batch_size,
+                                 virtual=not isinstance(ctx.clock, WallClock), mode=config.progress,
+                                 every=config.progress_every)
         # what applied() reads: three cells of each server's row (the simulator
         # re-checks the evaluator's wait only when one changes, not at every tick)
         control = ctx.table
@@ -79,9 +85,10 @@ class Evaluator:
         ctx.log.flush()
         rows = ctx.table.worker_rows(ctx.table.read())
         wait_share = float(np.mean(rows[:, W.WAIT_TOTAL] / np.maximum(rows[:, W.ELAPSED], 1e-9)))
-        print(f"mpips: epoch {epoch:5.2f}  t {read_at:7.1f}s  updates {steps:6d}  loss {loss:.4f}  "
-              f"acc {100 * acc:5.1f}%  updates/s {steps / max(read_at, 1e-9):7.1f}  wait {100 * wait_share:4.1f}%",
-              flush=True, file=sys.stdout)
+        self.progress.write(f"mpips: epoch {epoch:5.2f}  t {read_at:7.1f}s  updates {steps:6d}  loss {loss:.4f}  "
+                            f"acc {100 * acc:5.1f}%  updates/s {steps / max(read_at, 1e-9):7.1f}  "
+                            f"wait {100 * wait_share:4.1f}%", file=sys.stdout)
+        self.progress.evaluated(acc, epoch)
         self.best = max(self.best, acc)
         self.last_pushes = pushes
         self.last_loss = loss
@@ -99,6 +106,20 @@ class Evaluator:
             epoch = min(epoch, claimed / plan.total_samples * plan.epochs)
         return epoch
 
+    def report(self, snapshot: np.ndarray | None = None) -> None:
+        """The progress line, when due (`snapshot`: the control table as just
+        read, if the caller has one; else it is read only when due)."""
+        if self.progress.due():
+            self.progress.update(self._samples(snapshot), self.ctx.now())
+
+    def _samples(self, snapshot: np.ndarray | None = None) -> float:
+        table = self.ctx.table
+        return float(table.worker_rows(table.read() if snapshot is None else snapshot)[:, W.SAMPLES].sum())
+
+    def finish(self) -> None:
+        """The run is over: the bar's last state, then it goes."""
+        self.progress.close(self._samples(), self.ctx.now())
+
     # the evaluator rank ---------------------------------------------------------
     def run(self) -> None:
         """Evaluate at every evaluation point until every server is done. A
@@ -112,6 +133,7 @@ class Evaluator:
             last = {}
 
             def ready():
+                self.report()
                 _, pushes, done = last["now"] = self.applied()
                 return (done or ctx.epochs_of(pushes) >= self.next_eval - 1e-9
                         or (pushes != seen and ctx.now() - start > PROGRESS_EVERY))

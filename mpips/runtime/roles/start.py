@@ -63,6 +63,7 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Eva
         ctx.wait_for_servers_done()
         if evaluator.last_pushes != evaluator.applied()[1]:
             evaluator.evaluate()   # the final one
+        evaluator.finish()
         return evaluator
     return evaluate
 
@@ -85,8 +86,10 @@ def _finish(ctx: Context, evaluator: Evaluator | None) -> None:
     time, status), whether or not an evaluator rank gets to its own final
     evaluation: a stopped evaluator loses no trained work."""
     ctx.wait_for_servers_done()
-    if evaluator is not None and evaluator.last_pushes != evaluator.applied()[1]:
-        evaluator.evaluate()
+    if evaluator is not None:
+        if evaluator.last_pushes != evaluator.applied()[1]:
+            evaluator.evaluate()
+        evaluator.finish()
     params = np.empty(ctx.plan.num_params, dtype=np.float32)
     ctx.store.observe(params)
     # the status last, once every rank's log is closed (assemble.judge_training)

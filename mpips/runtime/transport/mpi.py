@@ -256,23 +256,39 @@ class ControlWindow(TableLayout):
     Each slot has one writer (a worker its row, a server its row), so writes
     are plain `Accumulate(REPLACE)` without locks; readers take the whole
     table with one `Get` (a few hundred bytes).
+
+    One more cell, after the table, counts the writes: a write adds 1 to it
+    once its values are complete, a read reads it before the table, so a
+    poll that finds it as the last read did (`changed`: one 8-byte `Get`)
+    knows the table is as that read saw it, and skips its reading, its
+    view and its paradigm's decisions (benchmarks/results/overhead.md).
     """
 
     def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int):
         super().__init__(workers, servers)
         self.comm = comm
         self.home = home
-        count = self.size if comm.Get_rank() == home else 0
+        count = self.size + 1 if comm.Get_rank() == home else 0
         self._win, _ = _allocate(comm, count, np.float64)
         comm.Barrier()
         self._win.Lock_all()
-        self._one = np.zeros(1)
+        self._one = np.ones(1)
+        self._seen = np.zeros(1)      # the write count as of the last read
+        self._count = np.zeros(1)     # the write count as of the last `changed`
 
     def read(self) -> np.ndarray:
         """One consistent-enough copy of the whole table (each slot atomic)."""
+        self._win.Get([self._seen, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE))
+        self._win.Flush(self.home)
         self._win.Get([self.latest, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
         self._win.Flush(self.home)
         return self.latest.copy()
+
+    def changed(self) -> bool:
+        """Whether anything was written since the last `read`."""
+        self._win.Get([self._count, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE))
+        self._win.Flush(self.home)
+        return bool(self._count[0] != self._seen[0])
 
     def is_home(self) -> bool:
         return self.comm.Get_rank() == self.home
@@ -283,16 +299,18 @@ class ControlWindow(TableLayout):
     def write(self, offset: int, values) -> None:
         vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
         self._win.Accumulate([vals, MPI.DOUBLE], self.home, (offset, len(vals), MPI.DOUBLE), MPI.REPLACE)
+        self._win.Flush(self.home)   # the values first, then the count (accumulate_ordering none)
+        self._win.Accumulate([self._one, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE), MPI.SUM)
         self._win.Flush(self.home)
 
     def add(self, offset: int, value: float) -> float:
         """Atomic fetch-and-add; returns the value before. For counters that
         only their adders read (the global budget's claims): no wait's
         condition may read one, since the simulator does not check waits
-        again when it changes (local_transport.LocalControlTable.add)."""
-        self._one[0] = value
+        again when it changes (local.LocalControlTable.add), and a poll
+        skips its check where nothing else was written (`changed`)."""
         result = np.zeros(1)
-        self._win.Fetch_and_op([self._one, MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
+        self._win.Fetch_and_op([np.full(1, value, np.float64), MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
         self._win.Flush(self.home)
         return float(result[0])
 

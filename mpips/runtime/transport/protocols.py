@@ -55,6 +55,8 @@ class ControlTable(Protocol):
 
     def add(self, offset: int, value: float) -> float: ...   # fetch-and-add
 
+    def changed(self) -> bool: ...   # anything written since this handle's last read (a poll's cheap check)
+
     def is_home(self) -> bool: ...    # the table's memory is on this rank
 
     def gate_answered(self, view: TableView, gate) -> None:
