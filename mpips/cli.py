@@ -21,6 +21,7 @@ from .plugins import PluginError, load_plugins, raised_in_plugin
 from .runtime.recovery import preemption
 from .runtime.transport.mpienv import quiet_ucx
 from .settings import Spec
+from .validate import StopSignal
 
 
 def _train_parser(sub, name: str, help: str, exclude=(), **kw) -> argparse.ArgumentParser:
@@ -94,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
               "                     [--out DIR] [...] [TRAIN SETTINGS]"))
     plan.add_arguments(_train_parser(
         sub, "plan", "probe the cluster (under your launcher) or read its profile, simulate every paradigm "
-                     "on your job, rank them and print the command of the best (mpips/experiments/plan.py)",
+                     "on your job, rank them and print the command of the best (mpips/experiments/plan/)",
         exclude=setups.PER_RUN, description=PLAN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="mpirun -n SERVERS+WORKERS python -m mpips plan [--target ACC | --time-limit S] [...]\n"
               "       mpips plan --profile CLUSTER.yaml [--target ACC | --time-limit S] [--candidates C,...]\n"
@@ -271,10 +272,8 @@ def _stopped(e: "SimulationStopped") -> int:
                  f"written (the run is incomplete)", 128 + e.signum)
 
 
-class SimulationStopped(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+class SimulationStopped(StopSignal):
+    """(a BaseException: a user's function it interrupts does not make it a failure)"""
 
 
 def _stop_simulation(signum, frame):

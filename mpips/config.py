@@ -195,18 +195,20 @@ class Config:
         parse_points(self.fail_at, "fail_at", workers)
         parse_points(self.nan_at, "nan_at", workers)
 
-    def check_epoch_size(self, paradigm, samples: int) -> None:
-        """`samples` training samples hold a run of these settings: sized in
+    def check_epoch_size(self, paradigm, samples: int, dataset: str = "") -> None:
+        """`samples` training samples of `dataset` (default the setting's: a
+        user's object is not the setting) hold a run of these settings: sized in
         epochs of each worker's shard (budget per-worker), an epoch needs at
         least one round: a batch beyond a worker's shard would make every
         "epoch" several passes."""
         workers = paradigm.num_workers
+        dataset = dataset or self.dataset
         if samples < workers:
-            raise ConfigError("workers", workers, f"more than the {samples} training samples of {self.dataset}")
+            raise ConfigError("workers", workers, f"more than the {samples} training samples of {dataset}")
         if self.batch_size > samples:
             # one batch beyond the training set: its claim would span passes (epoch 1.39 after one)
             raise ConfigError("batch_size", self.batch_size,
-                              f"must be <= {samples}, the training samples of {self.dataset}")
+                              f"must be <= {samples}, the training samples of {dataset}")
         total, setting_ = counted(self.paradigm, paradigm.round_samples), paradigm.round_setting
         budget = self.iterations * total if self.iterations else self.epochs * samples
         if budget > MAX_SAMPLES:

@@ -26,7 +26,7 @@ import textwrap
 import pandas as pd
 
 from ..heterogeneity import format_slowdown, parse_slowdown, parse_stragglers
-from ..io.log import RunLog
+from ..io.log import RunLog, time_to_target
 from ..paradigms import option_specs
 from ..validate import number_in
 from .placement import nodes_label
@@ -202,10 +202,12 @@ def _setting(value) -> str:
     return "-" if value is None else str(value) or "none"
 
 
-def run_row(log: RunLog, target: float) -> dict:
-    """One run as a row of the table (`table` adds its `settings`)."""
+def run_row(log: RunLog, target: float, evaluations: int = 1) -> dict:
+    """One run as a row of the table (`table` adds its `settings`); its time
+    to the target: when the mean of `evaluations` evaluations reached it
+    (`mpips compare`: 3, as `mpips plan`)."""
     s = log.summary()
-    reached = log.time_to_accuracy(target)
+    reached = log.time_to_accuracy(target, evaluations)
     return {
         "run": log.name,
         "paradigm": run_label(log),
@@ -218,17 +220,17 @@ def run_row(log: RunLog, target: float) -> dict:
         "status": log.status,
         "damage": "; ".join(log.problems),   # rank files missing, truncated, unreadable
         "time_to_target": reached,
-        "epochs_to_target": log.epochs_to_accuracy(target),
+        "epochs_to_target": time_to_target(log.evaluations["epoch"], log.evaluations["accuracy"], target, evaluations),
         **{k: s[k] for k in NUMERIC if k not in ("time_to_target", "epochs_to_target")},
     }
 
 
-def table(run_dirs: list[str], target: float, labels: dict[str, str] | None = None):
+def table(run_dirs: list[str], target: float, labels: dict[str, str] | None = None, evaluations: int = 1):
     """One row per run (a DataFrame; NaN where a run has no value); `settings`:
     what differs between these runs beyond the other columns and the seed.
     `labels` (run directory -> name): the `paradigm` of the runs it names."""
     logs = labelled([RunLog(d) for d in run_dirs], labels)
-    frame = pd.DataFrame([run_row(log, target) for log in logs])
+    frame = pd.DataFrame([run_row(log, target, evaluations) for log in logs])
     every = [settings(log) for log in logs]
     keys = shown_settings(logs, every, skip=OWN_COLUMNS)
     if logs:
@@ -263,8 +265,9 @@ def _none(v):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def rows(run_dirs: list[str], target: float, labels: dict[str, str] | None = None) -> list[dict]:
-    return records(table(run_dirs, target, labels))
+def rows(run_dirs: list[str], target: float, labels: dict[str, str] | None = None,
+         evaluations: int = 1) -> list[dict]:
+    return records(table(run_dirs, target, labels, evaluations))
 
 
 def mean_rows(table: list[dict]) -> list[dict]:

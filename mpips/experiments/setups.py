@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -94,5 +96,14 @@ class Setup:
 
 
 def file_name(name: str) -> str:
-    """An entry as part of a run directory's name: ssp:staleness=1 -> ssp-staleness1."""
-    return name.replace(":", "-").replace("=", "")
+    """An entry as part of a run directory's name: ssp:staleness=1 ->
+    ssp-staleness1. Only letters, digits and `._+-` are kept, so that no name
+    leaves the folder it is made in (`bsp:data_dir=../x` made a run name
+    that resolved outside `--runs`, and `/abs/path` one that did not exist);
+    an entry that had other characters gets a hash of its text, so that two
+    such entries never share a name."""
+    kept = name.replace(":", "-").replace("=", "")
+    safe = re.sub(r"(?:[^A-Za-z0-9._+-]|\.\.+)+", "_", kept).strip("._") or "entry"
+    if safe == kept:
+        return safe
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"

@@ -42,9 +42,11 @@ def new_run_id() -> str:
 
 
 class RunDirLock:
-    """Held by the job writing the run directory (rank 0), for its whole life."""
+    """Held by the job writing the run directory (rank 0), for its whole life;
+    and by `mpips compare` on its --runs (`option`: the setting that names
+    the directory, in the message)."""
 
-    def __init__(self, run_dir: str):
+    def __init__(self, run_dir: str, option: str = "run_dir"):
         path = os.path.join(run_dir, LOCK)
         self._fh = open(path, "a+")
         try:
@@ -53,8 +55,8 @@ class RunDirLock:
             self._fh.seek(0)
             holder = self._fh.read().strip() or "another job"
             self._fh.close()
-            raise ConfigError("run_dir", run_dir, f"in use by {holder}; wait for it to end or choose "
-                                                  f"another --run-dir") from None
+            raise ConfigError(option, run_dir, f"in use by {holder}; wait for it to end or choose "
+                                               f"another --{option.replace('_', '-')}") from None
         job = os.environ.get("SLURM_JOB_ID")
         self._fh.seek(0)
         self._fh.truncate()
@@ -66,6 +68,37 @@ class RunDirLock:
         if not self._fh.closed:
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
+
+
+def in_use(run_dir: str) -> str:
+    """Who holds the run directory's lock ('' when no one does), without taking it."""
+    if not os.path.exists(os.path.join(run_dir, LOCK)):
+        return ""
+    try:
+        RunDirLock(run_dir).release()
+    except ConfigError as e:
+        return e.allowed.partition(";")[0].removeprefix("in use by ")
+    except OSError:
+        return ""
+    return ""
+
+
+def other_settings(run_dir: str, config: dict) -> list[str]:
+    """The settings in which the run in `run_dir` differs from `config`
+    (those that do not change a run left out), as 'name: theirs, not ours';
+    ['...'] for a run.h5 that cannot be read."""
+    theirs = run_settings(run_dir)
+    if theirs is None:
+        return ["its run.h5 cannot be read"]
+    ours = _settings(config) or {}
+    return [f"{k} {theirs.get(k)!r}, not {ours.get(k)!r}" for k in sorted(set(theirs) | set(ours))
+            if theirs.get(k) != ours.get(k)]
+
+
+def run_settings(run_dir: str) -> dict | None:
+    """The settings of the run in `run_dir` as its run.h5 keeps them (None:
+    none there, or unreadable), without those that do not change a run."""
+    return _settings(run_attrs(run_dir).get("config"))
 
 
 def run_files(run_dir: str) -> list[str]:

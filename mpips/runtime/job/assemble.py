@@ -56,7 +56,7 @@ def prepare(config: Config, layout, *, model=None, dataset=None):
     check_model(model, config.model if model is None else model_label(model), data.x_train[:2], data.num_classes)
     paradigm = make_paradigm(config, layout.workers)
     check_steps(paradigm, config.paradigm)
-    config.check_epoch_size(paradigm, len(data.y_train))
+    config.check_epoch_size(paradigm, len(data.y_train), "the dataset given" if dataset is not None else "")
     epoch_iterations = counted(config.paradigm, paradigm.iterations_per_epoch, len(data.y_train))
     return data, model, paradigm, epoch_iterations
 
@@ -107,6 +107,8 @@ def announce(plan: Plan, segment: int, versions: dict, trains: dict, *, run_id: 
                           ranks=list(range(size)), segment=segment)
     budget = (f"{plan.total_samples} samples in all" if plan.total_samples
               else f"{plan.iterations} iterations per worker")
+    if config.time_limit:   # (the probe's runs: a budget they are not meant to reach)
+        budget = f"until {config.time_limit:g} s of training or {budget}"
     if too_short(plan):
         print(f"mpips: warning: {too_short(plan)}", file=sys.stderr, flush=True)
     nodes = len({rank["host"] for rank in more.get("placement", ())})

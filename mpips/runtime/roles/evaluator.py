@@ -23,7 +23,7 @@ import torch
 
 from ..context import Context
 from ..progress import Progress
-from ..state import S, W
+from ..state import G, S, W
 from ..transport.wait import WallClock
 
 PROGRESS_EVERY = 1.0   # s: the evaluator's wait returns this often while the servers progress
@@ -80,7 +80,7 @@ class Evaluator:
             correct += int((out.argmax(1) == y).sum())
         flat.model.train()
         loss, acc = loss_sum / len(self.y), correct / len(self.y)
-        epoch = ctx.epochs_of(pushes)
+        epoch = self.epoch(pushes)
         ctx.log.row("evaluations", time=read_at, epoch=epoch, steps=steps, pushes=pushes, loss=loss, accuracy=acc)
         ctx.log.flush()
         rows = ctx.table.worker_rows(ctx.table.read())
@@ -93,6 +93,18 @@ class Evaluator:
         self.last_pushes = pushes
         self.last_loss = loss
         return loss, acc
+
+    def epoch(self, pushes: int) -> float:
+        """Epochs trained as of `pushes`: under a global budget never more than
+        the samples claimed make (a Local SGD push counts as H batches, and a
+        worker's last push, or one under DyLU, has fewer: a 2-epoch run of 100
+        local steps was logged at epoch 3.34)."""
+        ctx, plan = self.ctx, self.ctx.plan
+        epoch = ctx.epochs_of(pushes)
+        if plan.total_samples:
+            claimed = min(float(ctx.services.budget_table.read_cells([G.CLAIMED])[0]), plan.total_samples)
+            epoch = min(epoch, claimed / plan.total_samples * plan.epochs)
+        return epoch
 
     def report(self, snapshot: np.ndarray | None = None) -> None:
         """The progress line, when due (`snapshot`: the control table as just
