@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .paradigms import REGISTRY as PARADIGMS  # the registry itself: registered paradigms are choices too
+from .paradigms.async_rules import ASYNC_RULES
 from .paradigms.base import counted
 from .paradigms.compress import COMPRESSORS
 from .paradigms.grouping import GROUPINGS
@@ -83,6 +84,16 @@ class Config:
                                             "max(0, 1 - W(1 - m)) at lr x (1 - that)/(1 - m), since "
                                             "asynchrony adds momentum of about 1 - 1/W; as-set = m and lr",
                              ASYNC_MOMENTUM)
+    async_rule: str = _f("none", "pushes applied one at a time (the paradigms async_momentum names, GSSP at "
+                                 "both levels, asynchronous localsgd): each push's update rule, tau being "
+                                 "the pushes applied between its read and its apply: staleness = the push "
+                                 "x 1/max(1, tau); delay-adaptive = x W/max(W, tau); dc = the gradient g "
+                                 "plus dc-lambda g*g*(w_now - w_read) (DC-ASGD; the worker sends w_read "
+                                 "with its push); dc-adaptive = the same with lambda = dc-lambda0 / "
+                                 "sqrt(MS + 1e-7), MS an EMA of g*g", ASYNC_RULES)
+    dc_lambda: float = _f(0.04, "async-rule dc: lambda (>= 0; 0 = the plain rule)")
+    dc_lambda0: float = _f(2.0, "async-rule dc-adaptive: lambda0 (>= 0; 0 = the plain rule)")
+    dc_decay: float = _f(0.95, "async-rule dc-adaptive: decay of MS, the EMA of g*g, in [0, 1)")
     weight_decay: float = _f(0.0, "L2 weight decay")
     lr_schedule: str = _f("none", "learning-rate schedule over updates", SCHEDULES)
     lr_step_every: float = _f(1.0, "step schedule: decay every this many epochs")
@@ -258,6 +269,10 @@ class Config:
             raise ConfigError("checkpoint_every", self.checkpoint_every, "must be a number >= 0 (seconds; 0 = off)")
         if not isinstance(self.time_limit, (int, float)) or not self.time_limit >= 0:
             raise ConfigError("time_limit", self.time_limit, "must be a number >= 0 (seconds; 0 = none)")
+        for name in ("dc_lambda", "dc_lambda0"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, getattr(self, name), "must be >= 0")
+        _unit(self, "dc_decay", 0.0, 1.0, closed=False)
         if self.vsgd_lambda < 0:
             raise ConfigError("vsgd_lambda", self.vsgd_lambda, "must be >= 0")
         if self.dataset in ("mnist", "cifar10"):

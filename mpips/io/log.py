@@ -6,7 +6,8 @@ Layout of a run directory (the schema is documented in docs/log-schema.md):
                     and (at the end) the final parameters and the run's status
     rank-<r>.h5     one per writing rank: tables `iterations` (workers),
                     `applies` and `evaluations` (servers), `events` (all),
-                    `exchanges` (GSSP group servers)
+                    `exchanges` (GSSP group servers), `pushes` (servers
+                    under an async rule)
 
 Writers append rows to resizable datasets and flush every few seconds in
 SWMR mode, so a job killed at any moment leaves files that open, holding the
@@ -69,8 +70,13 @@ EXCHANGE = np.dtype([
     ("duration", "f8"), ("synced", "i1"), ("flushed", "i1"), ("speed_rank", "i4"), ("ratio", "f4"),
     ("bytes_sent", "i8"), ("bytes_dense", "i8"),
 ])
+# Pushes applied alone under an async rule (`async_rule`): one row per push and server.
+PUSH = np.dtype([
+    ("server", "i4"), ("step", "i8"), ("worker", "i4"), ("clock", "i8"), ("tau", "i8"), ("factor", "f4"),
+    ("gradient", "f4"), ("compensation", "f4"),
+])
 TABLES = {"iterations": ITERATION, "applies": APPLY, "evaluations": EVALUATION, "events": EVENT,
-          "exchanges": EXCHANGE}
+          "exchanges": EXCHANGE, "pushes": PUSH}
 # per table: its columns, and those of integers (RankLog.row checks a row against them)
 _COLUMNS = {name: (set(dt.names), [k for k in dt.names if dt[k].kind in "iu"]) for name, dt in TABLES.items()}
 
@@ -356,7 +362,7 @@ def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]
 def _before_cut(table: str, rows: np.ndarray, cut: dict) -> np.ndarray:
     if table == "iterations":
         return rows["iteration"] < np.asarray(cut["clocks"])[rows["worker"]]
-    if table == "applies":
+    if table in ("applies", "pushes"):
         return rows["step"] <= np.asarray(cut["server_steps"])[rows["server"]]
     if table == "evaluations":
         return rows["steps"] <= cut["step"]
@@ -612,6 +618,10 @@ class RunLog:
         return self._tables["exchanges"]
 
     @property
+    def pushes(self) -> np.ndarray:
+        return self._tables["pushes"]
+
+    @property
     def evaluations(self) -> np.ndarray:
         e = self._tables["evaluations"]
         return e[np.argsort(e["time"], kind="stable")]
@@ -636,7 +646,7 @@ class RunLog:
     # the runtime, the tests and the simulator use.
     def frame(self, table: str):
         """One table as a DataFrame: iterations, applies, evaluations (in time
-        order), exchanges, or events (time, rank, kind, then the union of the
+        order), exchanges, pushes, or events (time, rank, kind, then the union of the
         events' own fields; NaN where an event has none)."""
         import pandas as pd
 
@@ -671,6 +681,10 @@ class RunLog:
     @property
     def exchanges_df(self):
         return self.frame("exchanges")
+
+    @property
+    def pushes_df(self):
+        return self.frame("pushes")
 
     def summary(self) -> dict[str, Any]:
         """The run in one flat dict (what `python -m mpips info --json` prints)."""
@@ -721,6 +735,9 @@ class RunLog:
             "device_time_overruns": int(it["overrun"].sum()) if len(it) else 0,
             # BSP with backup workers: pushes too late for their round, never applied
             "dropped_pushes": sum(e["server"] == 0 for e in self.events("dropped_push")),   # every server logs each
+            # an async rule (async_rule): its mean factor and tau over the pushes it treated (None: none)
+            "mean_async_factor": float(pu["factor"].mean()) if len(pu := self.pushes) else None,
+            "mean_tau": float(pu["tau"].mean()) if len(pu) else None,
             # Local SGD: local steps per push (None: no local steps)
             "local_steps_per_push": (float(np.mean([e["local_steps"] for e in local]))
                                      if (local := self.events("local_push")) else None),

@@ -94,6 +94,10 @@ class Paradigm:
     # Workers take local steps with an optimizer of their own and push
     # pseudo-gradients (runtime/local_worker.py); the servers apply the outer rule.
     local_sgd = False
+    # Some pushes are applied as they arrive, each on parameters it was not
+    # computed on: the servers apply `async_rule` to them (not within a
+    # synchronous round: `synchronous`), and a DC rule's pushes carry their read.
+    asynchronous = True
     server = 0   # on a server's rank: which server this object answers for (runtime/server.py sets it)
 
     def __init__(self, config, num_workers: int):

@@ -15,6 +15,7 @@ from .. import __version__
 from ..config import Config, ConfigError
 from ..io.log import DiskFull, set_status, write_run_header
 from ..paradigms import make_paradigm
+from ..paradigms.async_rules import READING
 from ..paradigms.base import counted
 from ..training.data import load_dataset
 from ..training.models import build_model, check_model, model_label
@@ -69,8 +70,9 @@ def make_plan(config: Config, layout: Layout, paradigm, samples: int, ipe: float
     else:
         iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
     epochs = total_samples / (ipe * paradigm.round_samples()) if total_samples else iterations / ipe
+    reads = paradigm.asynchronous and config.async_rule in READING
     return Plan(config, layout, config.run_dir, iterations, ipe, epochs, total_samples, num_params,
-                config.compressor != "none", loss_fn)
+                config.compressor != "none", reads=reads, loss_fn=loss_fn)
 
 
 def announce(plan: Plan, segment: int, versions: dict, trains: dict, *, run_id: str, **more) -> None:
@@ -133,7 +135,7 @@ def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats
     clients = layout.group_server_ranks or layout.worker_ranks   # who pushes to the servers
     top = LevelSpec(members=tuple(range(layout.size)), servers=tuple(layout.server_ranks),
                     table_rows=layout.clients, slot_rows=tuple(range(layout.clients)))
-    handles = transport.level([top], n=plan.num_params, sparse=plan.sparse)
+    handles = transport.level([top], n=plan.num_params, sparse=plan.sparse, reads=plan.reads)
     contexts = {}
     for rank in transport.ranks:
         store, table = handles[rank]

@@ -17,7 +17,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .state import SlotRows, TableLayout, shard_bounds, sum_slots
+from .state import HEAD, Head, SlotRows, TableLayout, shard_bounds, sum_slots
 from .transport import LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
 
@@ -129,7 +129,7 @@ class ParameterWindows(SlotRows):
     """
 
     def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
-                 clients=None, sparse: bool = False, world_server_ranks=None):
+                 clients=None, sparse: bool = False, reads: bool = False, world_server_ranks=None):
         self.comm = comm
         self.server_ranks = list(server_ranks)
         # for messages: the servers' world ranks (a GSSP group's comm numbers its own)
@@ -149,12 +149,22 @@ class ParameterWindows(SlotRows):
         self._param_win, self.shard = _allocate(comm, count, np.float32)
         self._grad_win, grad_mem = _allocate(comm, slots * count, np.float32)
         self._slots = grad_mem.reshape(slots, count)
-        self._head_win, heads = _allocate(comm, 2 * slots, np.int64)
-        self._heads = heads.reshape(slots, 2)    # per slot: push number, order key
+        # with `reads`, per slot the parameters its push was computed on (an async rule's DC)
+        self._read_win, read_mem = _allocate(comm, (slots if reads else 0) * count, np.float32)
+        self._reads = read_mem.reshape(slots, count) if reads else None
+        self._head_win, heads = _allocate(comm, HEAD * slots, np.int64)
+        self._heads = heads.reshape(slots, HEAD)    # per slot: state.Head, its scale's bits last
         comm.Barrier()  # every slot is zeroed before anyone can push into it
-        for win in (self._param_win, self._grad_win, self._head_win):
+        for win in self._windows():
             win.Lock_all()
-        self._head = np.zeros(2, np.int64)
+        self._head = np.zeros(HEAD, np.int64)
+
+    def _windows(self) -> tuple[MPI.Win, ...]:
+        return self._param_win, self._grad_win, self._read_win, self._head_win
+
+    @property
+    def reads(self) -> bool:
+        return self._reads is not None
 
     # worker side ------------------------------------------------------------
     def pull(self, out: np.ndarray) -> None:
@@ -167,20 +177,33 @@ class ParameterWindows(SlotRows):
     # an evaluation's read: a Get like any pull (the simulator's takes no virtual time)
     observe = pull
 
-    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0, versions=None,
+             scale: float = 1.0, read: np.ndarray | None = None) -> None:
         """Put `grad` (float32, length n) into row's slot on every server, as
         its push `number` (the row's clock once this push is counted), to be
-        summed in the order of `key`, then of rows. The slot must be free
-        (every server took the row's earlier pushes)."""
+        summed in the order of `key`, then of rows; `versions` (per server,
+        the pushes it had applied to the parameters the push was computed
+        on), `scale` (the factor the worker scaled it by) and `read` (those
+        parameters, into a store made with `reads`) for an async rule. The
+        slot must be free (every server took the row's earlier pushes)."""
         k = self.slot(row)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
                 self._grad_win.Put([grad[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
         self._grad_win.Flush_all()
-        self._announce(k, number, key)
+        self._put_read(k, read)
+        self._announce(k, number, key, versions, scale)
+
+    def _put_read(self, k: int, read: np.ndarray | None) -> None:
+        if read is None:
+            return
+        for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
+            if hi > lo:
+                self._read_win.Put([read[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
+        self._read_win.Flush_all()
 
     def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
-                    key: int = 0) -> None:
+                    key: int = 0, versions=None, scale: float = 1.0, read: np.ndarray | None = None) -> None:
         """Put values at global `indices` (sorted, int) only, into a slot of
         zeros (`sparse=True`): an indexed target datatype sends the k values,
         not a dense vector of zeros."""
@@ -196,26 +219,36 @@ class ParameterWindows(SlotRows):
                                    rank, (0, 1, dtype))
                 self._grad_win.Flush(rank)
                 dtype.Free()
-        self._announce(k, number, key)
+        self._put_read(k, read)
+        self._announce(k, number, key, versions, scale)
 
-    def _announce(self, k: int, number: int, key: int) -> None:
-        """The slot's push number and key, after its data is complete at
-        every server (a server sums a slot only when its number is the row's clock)."""
-        self._head[:] = number, key
-        for rank in self.server_ranks:
-            self._head_win.Put([self._head, MPI.INT64_T], rank, (2 * k, 2, MPI.INT64_T))
-        self._head_win.Flush_all()
+    def _announce(self, k: int, number: int, key: int, versions, scale: float) -> None:
+        """The slot's head, after its data is complete at every server (a
+        server sums a slot only when its number is the row's clock)."""
+        head = self._head
+        head[:3] = number, key, 0
+        head[3:] = np.array([scale], np.float64).view(np.int64)
+        for s, rank in enumerate(self.server_ranks):
+            if versions is not None:
+                head[2] = versions[s]
+            self._head_win.Put([head, MPI.INT64_T], rank, (HEAD * k, HEAD, MPI.INT64_T))
+            self._head_win.Flush(rank)   # the next server's version goes into the same buffer
 
     # server side ------------------------------------------------------------
-    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
+    def take_gradient(self, out: np.ndarray, clocks, consumed, each=None) -> int:
         """state.sum_slots of this server's slots; called with the clocks
         read after the pushes were flushed (a client ticks after pushing)."""
         if not self.count:
             return 0
         self._head_win.Sync()
         self._grad_win.Sync()
-        summed = sum_slots(out, self._slots, self._heads, self._slot_of, clocks, consumed,
-                           sparse=self.sparse)
+        heads = self._heads
+        if each is not None:   # the heads as state.Head, their scales from their bits
+            self._read_win.Sync()
+            scales = heads[:, 3].copy().view(np.float64).tolist()
+            heads = [Head(n, key, v, sc) for (n, key, v, _), sc in zip(heads.tolist(), scales)]
+        summed = sum_slots(out, self._slots, heads, self._slot_of, clocks, consumed,
+                           sparse=self.sparse, each=each, reads=self._reads)
         if self.sparse:
             self._grad_win.Sync()
         return summed
@@ -225,25 +258,38 @@ class ParameterWindows(SlotRows):
         self._param_win.Sync()
 
     def pending(self) -> dict:
-        """A copy of the slots and their push numbers (a server's slots hold
-        what was pushed to it and not taken yet). For a checkpoint, taken
-        while no push is in flight."""
-        self._grad_win.Sync()
-        self._head_win.Sync()
-        return {"slots": self._slots.copy(), "heads": self._heads.copy()}
+        """A copy of the slots and their heads (a server's slots hold what
+        was pushed to it and not taken yet), and of the read parameters
+        with them (a store with `reads`). For a checkpoint, taken while no
+        push is in flight."""
+        for win in self._windows():
+            win.Sync()
+        state = {"slots": self._slots.copy(), "heads": self._heads.copy()}
+        if self._reads is not None:
+            state["reads"] = self._reads.copy()
+        return state
 
     def restore_pending(self, state: dict) -> None:
         """Put back `pending()` of a checkpoint, before anyone pushes."""
-        if not isinstance(state, dict) or set(state) != {"slots", "heads"}:
+        if not isinstance(state, dict) or not {"slots", "heads"} <= set(state) <= {"slots", "heads", "reads"}:
             raise ValueError("the checkpoint's pending gradient is not per-worker slots "
                              "(written by an mpips before exact pushes): start the run afresh")
+        if ("reads" in state) != (self._reads is not None):
+            raise ValueError("the checkpoint was made with another async_rule (DC's pushes carry the "
+                             "parameters they were read at): resume with the one it was made with")
         self._slots[:] = state["slots"]
-        self._heads[:] = state["heads"]
-        self._grad_win.Sync()
-        self._head_win.Sync()
+        heads = np.asarray(state["heads"])
+        self._heads[:, :heads.shape[1]] = heads
+        if heads.shape[1] < HEAD:   # (older checkpoints: number and key only)
+            self._heads[:, 2] = 0
+            self._heads[:, 3] = np.array([1.0]).view(np.int64)[0]
+        if self._reads is not None:
+            self._reads[:] = state["reads"]
+        for win in self._windows():
+            win.Sync()
 
     def free(self) -> None:
-        for win in (self._param_win, self._grad_win, self._head_win):
+        for win in self._windows():
             win.Unlock_all()
             win.Free()
 
@@ -271,6 +317,15 @@ class ControlWindow(TableLayout):
         self._win.Get([self.latest, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
         self._win.Flush(self.home)
         return self.latest.copy()
+
+    def read_cells(self, offsets: list[int]) -> np.ndarray:
+        """A few cells, one Get each (a worker reads its servers' counts
+        after every pull: not the whole table of a large job)."""
+        out = np.empty(len(offsets))
+        for k, offset in enumerate(offsets):
+            self._win.Get([out[k:k + 1], MPI.DOUBLE], self.home, (offset, 1, MPI.DOUBLE))
+        self._win.Flush(self.home)
+        return out
 
     def is_home(self) -> bool:
         return self.comm.Get_rank() == self.home
@@ -370,10 +425,11 @@ class MPITransport:
             return values, mine
         return self.blocking("set-up (the ranks of each node)", exchange)
 
-    def level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict:
-        return self.blocking("set-up (the windows' allocation)", lambda: self._level(specs, n=n, sparse=sparse))
+    def level(self, specs: list[LevelSpec], *, n: int, sparse: bool, reads: bool = False) -> dict:
+        return self.blocking("set-up (the windows' allocation)",
+                             lambda: self._level(specs, n=n, sparse=sparse, reads=reads))
 
-    def _level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict:
+    def _level(self, specs: list[LevelSpec], *, n: int, sparse: bool, reads: bool) -> dict:
         rank = self.rank
         mine = [k for k, spec in enumerate(specs) if rank in spec.members]
         if len(specs) == 1 and len(specs[0].members) == self.size:
@@ -386,7 +442,7 @@ class MPITransport:
             self._made.append(comm)
         spec = specs[mine[0]]
         local = [spec.members.index(r) for r in spec.servers]
-        store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse,
+        store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse, reads=reads,
                                  world_server_ranks=spec.servers)
         table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers))
         self._made += [store, table]

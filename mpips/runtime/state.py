@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,35 +38,57 @@ class SlotRows:
             raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
 
 
-def sum_slots(out: np.ndarray, slots: np.ndarray, heads: np.ndarray, slot_of: dict,
-              clocks, consumed, *, sparse: bool) -> int:
+def sum_slots(out: np.ndarray, slots: np.ndarray, heads, slot_of: dict, clocks, consumed, *,
+              sparse: bool, each=None, reads: np.ndarray | None = None) -> int:
     """Sum into `out` the pushes counted in `clocks` and not in `consumed`
     (per row of the control table), in the order of their keys, then rows;
     returns how many. `slots`, `heads`: one server's gradient slots and
-    their (push number, order key); `slot_of`: row -> slot. A slot holds
-    its row's latest push, numbered with the clock that counts it (a GSSP
-    group server's clock counts the worker pushes a delta carries): a
-    counted push whose slot does not hold its number was never written
-    (rejected: NaN/Inf). Sparse slots are zeroed once taken."""
+    their heads (push number, order key, the version read, scale: `Head`);
+    `slot_of`: row -> slot. A slot holds its row's latest push, numbered
+    with the clock that counts it (a GSSP group server's clock counts the
+    worker pushes a delta carries): a counted push whose slot does not hold
+    its number was never written (rejected: NaN/Inf). Sparse slots are
+    zeroed once taken. `each(row, head, push, read)`, where given, is what
+    goes into the sum for each push (an async rule's: `reads`, the slots of
+    the parameters each push was read at, or None)."""
     written = []
     for row in np.flatnonzero(np.asarray(clocks) > np.asarray(consumed)):
         k = slot_of[int(row)]
-        number, key = heads[k]
+        number, key = heads[k][0], heads[k][1]
         if number == int(clocks[row]):   # else rejected: never written
             written.append((int(key), int(row), k))
     written.sort()
     summed = 0
-    for _, _, k in written:
+    for _, row, k in written:
+        push = slots[k]
+        if each is not None:
+            push = each(row, Head(*heads[k]), push, None if reads is None else reads[k])
         if summed:
-            np.add(out, slots[k], out=out)
+            np.add(out, push, out=out)
         else:
-            np.copyto(out, slots[k])
+            np.copyto(out, push)
         summed += 1
         if sparse:
             slots[k] = 0
     if not summed:
         out[:] = 0
     return summed
+
+
+class Head(NamedTuple):
+    """What a push says of itself beside its data, in its slot's head: its
+    number (the clock that counts it), the key it is summed in the order of,
+    the version of this server's shard it was computed on (the server's
+    pushes applied when the worker read it) and the factor the worker scaled
+    it by (an async rule's tau and gradient)."""
+
+    number: int
+    key: int
+    version: int = 0
+    scale: float = 1.0
+
+
+HEAD = len(Head._fields)   # int64 cells of a head in an MPI window (the scale's bits in the last)
 
 
 class W(IntEnum):

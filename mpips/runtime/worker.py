@@ -28,6 +28,11 @@ class Worker:
         self.dense_bytes = flat.n * 4
         self.compressor = make_compressor(cfg, stream=self.i)
         self._read = self._now = None  # parameters as pulled / as now (exact distance)
+        # per server, the pushes applied to the parameters last pulled (sent
+        # with the push: an async rule's tau), where pushes may be applied alone
+        self.versions = None
+        self._version_cells = ([ctx.table.server_offset(s, S.PUSHES) for s in range(ctx.table.servers)]
+                               if ctx.paradigm.asynchronous else None)
         # what this worker has published in its control row
         self.clock = 0
         self.done = False
@@ -126,6 +131,10 @@ class Worker:
         """The parameters; the updates and path length it holds at least."""
         ctx, flat = self.ctx, self.flat
         ctx.store.pull(flat.host_params)
+        if self._version_cells is not None:
+            # read after the pull: a server publishes its count after the step
+            # it counts (in the simulator the two are one instant: exact)
+            self.versions = ctx.table.read_cells(self._version_cells).astype(np.int64)
         if ctx.paradigm.wants_exact_distance:
             self._read = flat.host_params.copy()
         return view.updates, view.path_length
@@ -162,7 +171,8 @@ class Worker:
         self.samples += batch.size
         # numbered with the clock that will count it; servers sum by where the
         # batch starts in the global stream (-1 under a per-worker budget: by worker)
-        slot = {"row": self.i, "number": self.clock + 1, "key": batch.start}
+        slot = {"row": self.i, "number": self.clock + 1, "key": batch.start, "versions": self.versions,
+                "scale": scale, "read": self.pulled_params() if ctx.store.reads else None}
         payload = self.compressor.compress(grad)
         if batch.flush and self.compressor.sparse:
             # Error feedback: what top-k held back goes out in full at every
@@ -192,6 +202,10 @@ class Worker:
         gradient of `batch` (runtime/local_worker.py: local steps); (loss,
         seconds, of them slept, overrun, the batch the push stands for)."""
         return (*self.emulated_compute(it, batch), batch)
+
+    def pulled_params(self) -> np.ndarray:
+        """The parameters the push was computed on, as pulled."""
+        return self.flat.host_params
 
     def emulated_compute(self, it: int, batch) -> tuple[float, float, float, bool]:
         """The real forward/backward, then the emulated device's time slept
