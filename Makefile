@@ -21,7 +21,7 @@ PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
 VENV_MPICH := .venv-mpich
 PY_MPICH := $(VENV_MPICH)/bin/python
 
-.PHONY: install demo test test-unit test-sim test-mpi test-slurm test-install test-portability bench compare study clean
+.PHONY: install demo test test-lint test-unit test-sim test-mpi test-slurm test-install test-portability bench compare study clean
 
 install: $(VENV)/.installed
 
@@ -43,7 +43,7 @@ demo: install
 # FAIL_STAGE=NAME makes that stage fail first, by a test that fails
 # (tests/injected_failure.py): tests/unit/test_make.py checks the above with it.
 # PYTEST_ARGS is added to every stage's pytest (e.g. -k NAME).
-STAGES ?= test-unit test-sim test-mpi test-slurm test-install test-portability
+STAGES ?= test-lint test-unit test-sim test-mpi test-slurm test-install test-portability
 PYTEST_ARGS ?=
 injected = $(if $(filter $@,$(FAIL_STAGE)),$(PY) -m pytest -q -p no:cacheprovider tests/injected_failure.py)
 
@@ -53,6 +53,13 @@ test: install
 	done; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed (of: $(STAGES))"; exit 1; fi; \
 	echo "make test: every stage passed: $(STAGES)"
+
+# The linter (pyflakes, import order, bugbear; pyproject.toml) and the type checker:
+# no finding is allowed.
+test-lint: install
+	$(injected)
+	$(VENV)/bin/ruff check mpips tests benchmarks analysis
+	$(VENV)/bin/mypy
 
 test-unit: install
 	$(injected)

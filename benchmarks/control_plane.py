@@ -68,7 +68,7 @@ def inner(path: str) -> None:
 
     from mpips.config import Config
     from mpips.paradigms import available, make_paradigm
-    from mpips.runtime.mpi_transport import ControlWindow as ControlTable
+    from mpips.runtime.transport.mpi import ControlWindow as ControlTable
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

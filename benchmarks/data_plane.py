@@ -21,7 +21,6 @@ import sys
 import time
 
 import numpy as np
-
 from common import quiet_barrier, run_inner, stats, table, write_results
 
 SIZES_MIB = (1, 16, 64)
@@ -37,7 +36,8 @@ def measure(comm, size_mib: int) -> dict:
     """Times of every method for a model of size_mib MiB (on rank 0: the results)."""
     from mpi4py import MPI
 
-    from mpips.runtime.mpi_transport import ParameterWindows as ParameterStore, _allocate
+    from mpips.runtime.transport.mpi import ParameterWindows as ParameterStore
+    from mpips.runtime.transport.mpi import _allocate
 
     rank = comm.Get_rank()
     server = rank == 0
@@ -122,9 +122,8 @@ def measure(comm, size_mib: int) -> dict:
 
 
 def inner(path: str) -> None:
-    from mpi4py import MPI
-
     import torch
+    from mpi4py import MPI
 
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD

@@ -17,7 +17,6 @@ import os
 import tempfile
 
 import numpy as np
-
 from common import HERE, mpiexec, table, write_results
 
 from mpips.io.log import RunLog

@@ -48,7 +48,6 @@ import tempfile
 import time
 
 import numpy as np
-
 from common import RESULTS, mpiexec, run_inner, table, write_results
 from make_cifar10 import write as write_cifar
 from vs_ddp import SlowStep, _free_port, slowed_allreduce
@@ -150,7 +149,7 @@ def time_compute(data, batches, reps: int) -> dict[int, float]:
 
 def worker_compute(flat, loss_fn, x, y) -> float:
     """Seconds of a worker's compute of one batch: the parameters and the batch
-    to the device, forward/backward, the gradient back (as runtime/worker.py)."""
+    to the device, forward/backward, the gradient back (as runtime/roles/worker.py)."""
     t = time.perf_counter()
     flat.params_from_host()
     x, y = x.to(DEVICE, non_blocking=True), y.to(DEVICE, non_blocking=True)

@@ -35,9 +35,8 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 import gpu
+import numpy as np
 from common import RESULTS, table, write_results
 from make_cifar10 import write as write_cifar
 

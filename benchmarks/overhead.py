@@ -33,9 +33,7 @@ import tempfile
 import time
 
 import numpy as np
-
 from common import mpiexec, quiet_barrier, run_inner, stats, table, write_results
-
 
 MODEL = "lenet5"
 BATCHES = {16: 2, 256: 20}   # batch size: epochs (178 and 100 iterations of the 1437 digits)
@@ -115,7 +113,7 @@ def time_tick_and_log(path: str) -> None:
     from mpips.config import Config
     from mpips.io.log import ITERATION, RankLog
     from mpips.runtime.state import publish_client_row
-    from mpips.runtime.mpi_transport import ControlWindow as ControlTable
+    from mpips.runtime.transport.mpi import ControlWindow as ControlTable
 
     comm = MPI.COMM_WORLD
     control = ControlTable(comm, 0, 1, 1)

@@ -39,11 +39,11 @@ import time
 import numpy as np
 from common import RESULTS, mpiexec, table, write_results
 
+from mpips.config import load
 from mpips.experiments.compare import flags as as_flags
 from mpips.experiments.plan import TARGET_EVALUATIONS, Candidate, Run, default_candidates, rank
 from mpips.io.log import RunLog, time_to_target
 from mpips.runtime.layout import ranks_for
-from mpips.config import load
 
 # Held out: none is the probe's or a test's cluster. Factors per worker, stragglers for all.
 SHAPES = {

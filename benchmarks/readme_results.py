@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-
 from claims import render_markdown as render_claims
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -43,8 +43,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import RESULTS, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 import sim_common  # noqa: E402
+from common import RESULTS, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
+
 from mpips.experiments.setups import Setup, file_name  # noqa: E402
 
 # entries PARADIGM[+COMPRESSOR][:SETTING=VALUE...]; a value W is the run's worker count
@@ -96,7 +97,7 @@ def inner(paradigm: str, workers: int, run_dir: str, seed: int) -> dict:
     import io
 
     from mpips.config import load
-    from mpips.runtime.simulate import simulate
+    from mpips.runtime.job.simulate import simulate
 
     shutil.rmtree(run_dir, ignore_errors=True)
     cfg = load(None, overrides(paradigm, workers, run_dir, seed))

@@ -3,7 +3,7 @@ tasks touch memory between events as a simulated worker's forward/backward does.
 
     python benchmarks/scheduler_events.py
 
-256 tasks on mpips.runtime.scheduler.Scheduler, each looping EVENTS times:
+256 tasks on mpips.runtime.transport.scheduler.Scheduler, each looping EVENTS times:
 touch its own buffer (one read and one write of every byte, `buf += 1`),
 then sleep a seeded random time, so the tasks run in an order no cache
 predicts. The touches are timed from inside; an event's cost is the rest of
@@ -25,7 +25,7 @@ import time
 import numpy as np
 from common import stats, table, write_results  # (puts this checkout's mpips on the path)
 
-from mpips.runtime.scheduler import Scheduler
+from mpips.runtime.transport.scheduler import Scheduler
 
 TASKS = 256
 EVENTS = 100

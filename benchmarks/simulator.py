@@ -23,7 +23,7 @@ Python process (one paradigm's state cannot slow the next):
   each sample of the run given to the innermost frame that says whose work
   it is (`mode_of`):
   - the simulator proper: the scheduler and the in-process transport
-    (mpips/runtime/scheduler.py, local_transport.py): the loop between tasks,
+    (mpips/runtime/transport/scheduler.py, local_transport.py): the loop between tasks,
     task switches, sleeps, waits, control-table reads and writes, the
     bookkeeping of pulls and pushes. Goal: < 100 us per worker iteration;
   - transfers: the bytes of pulls and pushes copied (local_transport.move),
@@ -55,8 +55,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import RESULTS, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 import sim_common  # noqa: E402
+from common import RESULTS, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 
 PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd")
 GOAL_US = 100.0
@@ -77,7 +77,7 @@ def config_overrides(paradigm: str, workers: int, iterations: int, groups: int, 
 # (path, qualified name) decides; else the innermost frame of mpips: the
 # simulator's files are the simulator proper, the rest the roles' bookkeeping.
 ROLE_WORK = {
-    ("mpips/runtime/worker.py", "Worker.compute_gradient"): "compute",
+    ("mpips/runtime/roles/worker.py", "Worker.compute_gradient"): "compute",
     ("mpips/training/data.py", "GlobalStream.batch"): "data",
     ("mpips/training/data.py", "WorkerShard.next_batch"): "data",
     ("mpips/training/optim.py", "SGD.step"): "server",
@@ -86,10 +86,10 @@ ROLE_WORK = {
     ("mpips/io/log.py", "RankLog.row"): "log",
     ("mpips/io/log.py", "RankLog.event"): "log",
     ("mpips/io/log.py", "RankLog.flush"): "log",
-    ("mpips/runtime/evaluator.py", "Evaluator.evaluate"): "evaluation",
-    ("mpips/runtime/local_transport.py", "move"): "transfers",
+    ("mpips/runtime/roles/evaluator.py", "Evaluator.evaluate"): "evaluation",
+    ("mpips/runtime/transport/local.py", "move"): "transfers",
 }
-SIMULATOR_FILES = ("mpips/runtime/scheduler.py", "mpips/runtime/local_transport.py")
+SIMULATOR_FILES = ("mpips/runtime/transport/scheduler.py", "mpips/runtime/transport/local.py")
 RUN = ("Scheduler.run", "Task.__init__.<locals>.run")   # the scheduler's loop, the bottom of a task's stack
 PARTS = ("compute", "transfers", "data", "server", "log", "evaluation")
 MODES = ("simulator", "roles", *PARTS)
@@ -125,11 +125,11 @@ def sampled_modes(raw_path: str) -> dict:
 
 def measure(overrides: dict, profile_path: str | None) -> dict:
     """One simulated job in this process, timed as a whole (see the module doc)."""
-    import mpips.runtime.scheduler as scheduler
-    import mpips.runtime.simulate
+    import mpips.runtime.job.simulate
+    import mpips.runtime.transport.scheduler as scheduler
     from mpips.config import load
     from mpips.io.log import RunLog
-    from mpips.runtime.worker import Worker
+    from mpips.runtime.roles.worker import Worker
 
     acc = {"run_wall": 0.0, "run_cpu": 0.0, "compute": 0.0, "iterations": 0, "first_run_at": None,
            "last_run_end": None}
@@ -168,7 +168,7 @@ def measure(overrides: dict, profile_path: str | None) -> dict:
     t0 = time.perf_counter()
     if profiler:
         profiler.enable()
-    mpips.runtime.simulate.simulate(cfg)
+    mpips.runtime.job.simulate.simulate(cfg)
     if profiler:
         profiler.disable()
     total_wall = time.perf_counter() - t0

@@ -33,7 +33,6 @@ import tempfile
 import time
 
 import numpy as np
-
 from common import mpiexec, run_inner, table, write_results
 
 MODEL = "lenet5"

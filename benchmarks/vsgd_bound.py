@@ -20,7 +20,6 @@ import sys
 import tempfile
 
 import numpy as np
-
 from common import mpiexec, table, write_results
 
 SETTINGS = {

@@ -50,7 +50,7 @@
 # SIGUSR1 protocol: Slurm signals this shell T seconds before the time limit
 # (#SBATCH --signal=B:USR1@T); the shell forwards USR1 to the launcher (mpirun
 # passes it on to every rank). The trainer writes a checkpoint and exits with
-# status 3 if it has not finished (0 if it has; see mpips/runtime/checkpointer.py); the
+# status 3 if it has not finished (0 if it has; see mpips/runtime/recovery/checkpointer.py); the
 # job is then requeued with the same SLURM_JOB_ID, hence the same run
 # directory, and resumes there from the checkpoint.
 
@@ -202,7 +202,7 @@ mpips_launch() {
         fi
         return "$rc"
     fi
-    # 3 = mpips.runtime.preemption.PREEMPTED_EXIT; any other failure is not retried.
+    # 3 = mpips.runtime.recovery.preemption.PREEMPTED_EXIT; any other failure is not retried.
     if [ "$rc" = 3 ] && [ "${MPIPS_REQUEUE:-1}" = 1 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
         _mpips_log "requeueing job $SLURM_JOB_ID to resume in the same run directory"
         scontrol requeue "$SLURM_JOB_ID"

@@ -17,8 +17,8 @@ from .config import Config, ConfigError, load  # noqa: E402
 from .paradigms import Paradigm, register_paradigm, unregister_paradigm  # noqa: E402
 
 _LAZY = {"RunLog": ("io.log", "RunLog"), "train": ("api", "train"), "simulate": ("api", "simulate"),
-         "TrainingFailed": ("runtime.assemble", "TrainingFailed"),
-         "SetupError": ("runtime.job", "SetupError")}
+         "TrainingFailed": ("runtime.job.assemble", "TrainingFailed"),
+         "SetupError": ("runtime.job.train", "SetupError")}
 
 
 def __getattr__(name):

@@ -1,6 +1,6 @@
 import sys
 
-from .runtime import preemption
+from .runtime.recovery import preemption
 
 preemption.remember()   # before the slow imports: a preemption during start-up is not lost
 

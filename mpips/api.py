@@ -43,7 +43,7 @@ def abort_job(comm, e: BaseException) -> None:
 def as_dataset(dataset: Any):
     """A user's dataset as mpips.training.data.Dataset (see there: tensors,
     arrays or torch Datasets); None stays None."""
-    from .training.data import as_dataset as convert   # torch: only when called
+    from .training.data import as_dataset as convert  # torch: only when called
 
     return convert(dataset)
 
@@ -81,14 +81,14 @@ def _record_objects(run_dir: str, model, dataset, loss) -> None:
 def simulate(config: Config | str | None = None, *, model: Any = None, dataset: Any = None,
              loss: Callable | None = None, **overrides: Any):
     """`mpips simulate` from Python: every role of the job in this one process,
-    in virtual time (mpips/runtime/simulate.py); returns the run's `RunLog`.
+    in virtual time (mpips/runtime/job/simulate.py); returns the run's `RunLog`.
     The keywords are `train`'s, but `comm` (`workers` is needed). Raises
     ConfigError or DataError (mpips.training.data) for bad input,
     TrainingFailed for a run that did not train."""
     config, dataset = _settings(config, overrides), as_dataset(dataset)
 
     from .io.log import RunLog
-    from .runtime.simulate import simulate as run
+    from .runtime.job.simulate import simulate as run
 
     run_dir = run(config, model=model, dataset=dataset, loss=loss)
     _record_objects(run_dir, model, dataset, loss)
@@ -109,7 +109,7 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
     configuration's `dataset`. `loss`: `loss(output, target)`, a mean over
     the batch; default cross-entropy. Raises ConfigError or SetupError (the
     same on every rank) for bad input; any other failure aborts the job."""
-    from .runtime import preemption
+    from .runtime.recovery import preemption
 
     preemption.remember()
     from mpi4py import MPI
@@ -118,10 +118,10 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
     config, dataset = _settings(config, overrides), as_dataset(dataset)
 
     from .io.log import RunLog
-    from .runtime.checkpointer import Preempted
-    from .runtime.job import SetupError, TrainingFailed
-    from .runtime.job import train as run
-    from .runtime.wait import SetupTimeout
+    from .runtime.job.train import SetupError, TrainingFailed
+    from .runtime.job.train import train as run
+    from .runtime.recovery.checkpointer import Preempted
+    from .runtime.transport.wait import SetupTimeout
 
     try:
         run_dir = run(config, comm, model=model, dataset=dataset, loss=loss)

@@ -15,9 +15,9 @@ import sys
 
 from .api import abort_job
 from .config import Config, ConfigError, load
-from .experiments import compare, plan, syncswitch_search
+from .experiments import compare, plan, setups, syncswitch_search
 from .plugins import PluginError, load_plugins, raised_in_plugin
-from .runtime import preemption
+from .runtime.recovery import preemption
 
 
 def _train_parser(sub, name: str, help: str, exclude=(), **kw) -> argparse.ArgumentParser:
@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
     simulate = _train_parser(sub, "simulate", "run the same job in one process in virtual time "
-                                              "(mpips/runtime/simulate.py): --workers N, --device-time "
+                                              "(mpips/runtime/job/simulate.py): --workers N, --device-time "
                                               "(default 20ms), --sim-latency, --sim-bandwidth")
     simulate.add_argument("--cluster", metavar="PROFILE.yaml",
                           help="a cluster profile (`mpips plan`, docs/plan.md): its workers, device times, "
@@ -69,13 +69,13 @@ def parser() -> argparse.ArgumentParser:
     compare.add_arguments(_train_parser(
         sub, "compare", "train each of several paradigms (x seeds) on the same job, under MPI or "
                         "--simulate, then one table and the figures (mpips/experiments/compare.py)",
-        exclude=compare.PER_RUN, description=compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        exclude=setups.PER_RUN, description=compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="mpips compare [--paradigms P,...] [--seeds S,...] [--simulate] [--runs DIR]\n"
               "                     [--out DIR] [...] [TRAIN SETTINGS]"))
     plan.add_arguments(_train_parser(
         sub, "plan", "probe the cluster (under your launcher) or read its profile, simulate every paradigm "
                      "on your job, rank them and print the command of the best (mpips/experiments/plan.py)",
-        exclude=plan.PER_RUN, description=PLAN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        exclude=setups.PER_RUN, description=PLAN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="mpirun -n SERVERS+WORKERS python -m mpips plan [--target ACC | --time-limit S] [...]\n"
               "       mpips plan --profile CLUSTER.yaml [--target ACC | --time-limit S] [--candidates C,...]\n"
               "                  [--seeds S,...] [--jobs N] [--out DIR] [TRAIN SETTINGS]"))
@@ -151,12 +151,12 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     # SIGUSR1 (preemption), SIGTERM and SIGINT ask the trainer for a checkpoint and
     # an exit; one that comes before it can take one is remembered (`python -m
     # mpips` did this first of all for USR1), and once the job has ended none
-    # may kill the rank (mpips/runtime/preemption.py).
+    # may kill the rank (mpips/runtime/recovery/preemption.py).
     preemption.remember(*preemption.STOPS)
     from mpi4py import MPI
 
-    from .runtime.mpi_transport import allgather_within
-    from .runtime.wait import SetupTimeout
+    from .runtime.transport.mpi import allgather_within
+    from .runtime.transport.wait import SetupTimeout
 
     comm = MPI.COMM_WORLD if comm is None else comm
     config, error = None, plugin_error
@@ -180,9 +180,10 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
                    else f"rank {failed[0]}: {errors[failed[0]]}")
         return _fail(message) if comm.Get_rank() == 0 else 2
 
-    from .runtime.checkpointer import Preempted
-    from .runtime.job import SetupError, TrainingFailed, train
+    from .runtime.job.train import SetupError, TrainingFailed, train
+    from .runtime.recovery.checkpointer import Preempted
 
+    assert config is not None   # (no rank failed to load it)
     try:
         train(config, comm)
     except SetupTimeout as e:   # a rank that never arrived cannot take part in an orderly exit
@@ -204,10 +205,10 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
 
 def cmd_simulate(args) -> int:
     from .io.log import DiskFull
-    from .runtime.assemble import TrainingFailed
-    from .runtime.scheduler import TaskFailed
-    from .runtime.simulate import simulate
-    from .runtime.wait import StallError
+    from .runtime.job.assemble import TrainingFailed
+    from .runtime.job.simulate import simulate
+    from .runtime.transport.scheduler import TaskFailed
+    from .runtime.transport.wait import StallError
     from .training.data import DataError
 
     # A stop signal ends the simulation where it is, its logs flushed (before,
@@ -222,11 +223,12 @@ def cmd_simulate(args) -> int:
     except SimulationStopped as e:
         return _stopped(e)
     except TaskFailed as e:
-        if isinstance(e.__cause__, SimulationStopped):
-            return _stopped(e.__cause__)
-        if isinstance(e.__cause__, ConfigError):   # found bad in the run: a paradigm hook's answer
-            return _fail(str(e.__cause__))
-        return _fail(f"the simulated job failed: {e}{raised_in_plugin(e.__cause__)}", 1)
+        cause = e.__cause__
+        if isinstance(cause, SimulationStopped):
+            return _stopped(cause)
+        if isinstance(cause, ConfigError):   # found bad in the run: a paradigm hook's answer
+            return _fail(str(cause))
+        return _fail(f"the simulated job failed: {e}{raised_in_plugin(cause) if cause else ''}", 1)
     except StallError as e:
         return _fail(f"the simulated job failed: {e}", 1)
     finally:

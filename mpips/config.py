@@ -312,14 +312,14 @@ class Config:
                               f"must be <= {samples}, the training samples of {self.dataset}")
         total, setting = counted(self.paradigm, paradigm.round_samples), paradigm.round_setting
         if self.iterations or self.budget == "global":
-            return   # sized in iterations, or in samples of the whole set (runtime/budget.py): nothing to miscount
+            return   # sized in iterations, or in samples of the whole set (runtime/roles/budget.py): nothing to miscount
         if total <= samples:
             return
         if total == workers * self.batch_size and setting == "batch_size":
             raise ConfigError("batch_size", self.batch_size,
                               f"must be <= {samples // workers}, a worker's share of the {samples} "
                               f"training samples (an epoch); or size the run with --iterations")
-        raise ConfigError(setting, getattr(config, setting),
+        raise ConfigError(setting, getattr(self, setting),
                           f"a round of {total} samples exceeds the {samples} training samples "
                           f"(an epoch); use a smaller batch, or --iterations")
 

@@ -23,13 +23,15 @@ def load_plugins(paths: list[str]) -> None:
         if not os.path.isfile(path):
             raise PluginError(f"plugin {path}: no such file")
         spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:   # (a .py file always has one)
+            raise PluginError(f"plugin {path}: not a Python file")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except Exception as e:  # noqa: BLE001 - the user's file may raise anything
             del sys.modules[name]
-            where = _frame(e)
+            where: tuple[str, int | None] | None = _frame(e)
             if isinstance(e, SyntaxError) and e.filename == path:   # it does not compile: no frame of its own
                 where = (path, e.lineno)
             at = f" at line {where[1]}" if where else ""

@@ -104,7 +104,7 @@ def outputs(folder: str, k: int, n: int) -> str:
 
 
 def serve(folder: str, parent: int) -> None:
-    from mpi4py import MPI   # (here: the pytest process that imports JobPool is no MPI rank)
+    from mpi4py import MPI  # (here: the pytest process that imports JobPool is no MPI rank)
 
     world = MPI.COMM_WORLD
     rank = world.Get_rank()

@@ -43,14 +43,23 @@ from matplotlib.patches import Patch  # noqa: E402
 from ..config import PARADIGMS  # noqa: E402
 from ..io.log import LogError, RunLog  # noqa: E402
 from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
-from ..validate import number_in  # noqa: E402
 from ..training.emulation import parse_slowdown  # noqa: E402
-from .summarize import (CLUSTER_KEYS, PARADIGM_KEYS, find_runs, heterogeneity,  # noqa: E402
-                        labelled, run_label, settings, settings_label, shown_settings)
+from ..validate import number_in  # noqa: E402
+from .summarize import (  # noqa: E402
+    CLUSTER_KEYS,
+    PARADIGM_KEYS,
+    find_runs,
+    heterogeneity,
+    labelled,
+    run_label,
+    settings,
+    settings_label,
+    shown_settings,
+)
 
 DPI = 110
 # One colour per paradigm, the same in every figure.
-PARADIGM_COLOURS = dict(zip(list(PARADIGMS)[:10], plt.get_cmap("tab10").colors))
+PARADIGM_COLOURS = dict(zip(list(PARADIGMS)[:10], plt.colormaps["tab10"].colors))  # type: ignore[attr-defined]  # a ListedColormap
 # Timeline segments in the order an iteration runs them.
 SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
             ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated device time (sleep)"),
@@ -346,7 +355,7 @@ def _draw_workers(ax, log: RunLog, lo: float, hi: float) -> list[str]:
     for w in workers:
         rows = it[it["worker"] == w]
         t = rows["start"].copy()
-        for (key, fill, _), span in zip(SEGMENTS, _spans(rows).values()):
+        for (_, fill, _), span in zip(SEGMENTS, _spans(rows).values()):
             keep = (t + span >= lo) & (t <= hi)
             ax.broken_barh(list(zip(t[keep], span[keep])), (w - 0.35, 0.7), facecolors=fill)
             t = t + span
@@ -695,7 +704,7 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
     for log in logs:   # drawn from what could be read, as summarize's rows
         if log.problems:
             print(f"plot: damaged run log {log.name}: {'; '.join(log.problems)}", file=sys.stderr)
-    written = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
+    written: list[str | None] = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
                staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
     if target is not None:
         written.append(time_to_target_figure(logs, os.path.join(out_dir, "time_to_target.png"), target))

@@ -325,8 +325,8 @@ def render_text(table: list[dict], target: float, width: int | None = WIDTH) -> 
     while sum(widths) + 2 * (len(widths) - 1) > width and widths != shortest:
         j = max(range(len(widths)), key=lambda j: widths[j] - shortest[j])
         widths[j] -= 1
-    body = [[_wrap(c, w) for c, w in zip(row, widths)] for row in body]
-    lines = _aligned(heads, body, cols)
+    wrapped = [[_wrap(c, w) for c, w in zip(row, widths)] for row in body]
+    lines = _aligned(heads, wrapped, cols)
     note = "; ".join(f"{h} {_cell(table[0][k], f)}" for k, h, f in shared)
     if note:
         lines += textwrap.wrap(f"every row: {note}", width, subsequent_indent="  ")

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from ..config import ConfigError, field_types, load
-from ..validate import number_in
 from ..io.log import RunLog
 from ..io.outdir import folder_problem
 from ..paradigms import available
 from ..runtime.layout import ranks_for
+from ..validate import number_in
 from .launch import default_launcher, launcher_words, run_to_file
-from .setups import PER_RUN, OptionError, Setup, file_name  # noqa: F401 - PER_RUN, OptionError: this module's too
+from .setups import OptionError, Setup, file_name  # noqa: F401 - OptionError: this module's too
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -119,7 +119,7 @@ class Comparison:
                 with entry.blame():
                     config = load(self.config, settings)
                     if self.simulate:
-                        from ..runtime.simulate import simulated_config   # torch: only to simulate
+                        from ..runtime.job.simulate import simulated_config  # torch: only to simulate
 
                         simulated_config(config)
                 if self.simulate:

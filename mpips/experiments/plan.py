@@ -27,12 +27,13 @@ import shlex
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ..config import Config, ConfigError, load
 from ..io.outdir import folder_problem
 from ..validate import number_in, one_line
 from .compare import flags as as_flags
-from .setups import PER_RUN, OptionError, Setup, file_name
+from .setups import OptionError, Setup, file_name
 
 STOP_AFTER = 3.0   # a run this many times slower to the target than the best known is hopeless
 # The time to the target: the first evaluation at which the mean of it and the
@@ -81,7 +82,7 @@ class Run:
 def _simulate(config: Config, target: float | None, evaluations: int) -> dict:
     """In a pool process: simulate one run (dataset loaded once per process)."""
     from ..io.log import RunLog
-    from ..runtime.simulate import simulate
+    from ..runtime.job.simulate import simulate
 
     began = time.perf_counter()
     data = _dataset(config.dataset, config.data_dir, config.test_fraction, config.synthetic_samples,
@@ -138,7 +139,7 @@ class Search:
     runs: list[tuple[Candidate, int, Config]] = field(init=False)   # seeds outermost
 
     def __post_init__(self):
-        from ..runtime.simulate import simulated_config
+        from ..runtime.job.simulate import simulated_config
 
         self.runs = []
         for seed in self.seeds:
@@ -266,7 +267,7 @@ def render(table, target: float | None, time_limit: float, evaluations: int) -> 
 
 
 def commands(candidate: Candidate, settings: dict, config_file: str | None, workers: int,
-             launcher: str = "mpirun") -> dict[str, str]:
+             launcher: str = "mpirun") -> dict[str, Any]:
     """How to train `candidate` for real: the `mpirun` command, and the
     environment of its `sbatch jobs/PARADIGM.slurm` (jobs/common.sh)."""
     from ..runtime.layout import ranks_for
@@ -276,7 +277,7 @@ def commands(candidate: Candidate, settings: dict, config_file: str | None, work
     own = ["--config", config_file] if config_file else []
     mpirun = shlex.join([*shlex.split(launcher), "-n", str(ranks), "python", "-m", "mpips", "train",
                          *own, *as_flags(chosen)])
-    env = {f"MPIPS_{k.upper()}": (int(v) if isinstance(v, bool) else v)
+    env: dict[str, Any] = {f"MPIPS_{k.upper()}": (int(v) if isinstance(v, bool) else v)
            for k, v in chosen.items() if k != "paradigm"}
     if config_file:
         env["MPIPS_CONFIG"] = config_file
@@ -294,7 +295,7 @@ def figure(runs: list[Run], table, path: str, target: float | None) -> str:
     import matplotlib.pyplot as plt
 
     names = list(table["candidate"])
-    colours = dict(zip(names, plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors))
+    colours = dict(zip(names, plt.colormaps["tab10" if len(names) <= 10 else "tab20"].colors))  # type: ignore[attr-defined]  # a ListedColormap
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5), dpi=110)
     for r in runs:
         if r.curve:
@@ -478,7 +479,7 @@ def _probe(config: Config, comm, args, out: str) -> str | None:
     plan to end, and get None."""
     import sys
 
-    from ..runtime.job import SetupError, TrainingFailed
+    from ..runtime.job.train import SetupError, TrainingFailed
     from . import profile as cluster
     from .probe import run_probe
 
@@ -496,6 +497,7 @@ def _probe(config: Config, comm, args, out: str) -> str | None:
         _wait_quietly(comm)
         return None
     path = os.path.join(out, "cluster.yaml")
+    assert found is not None   # (rank 0's fit)
     cluster.save(found, path, comment=f"probed by: {' '.join(sys.argv)}\n{comm.Get_size()} ranks, "
                                       f"{args.probe_seconds:g} s, {time.strftime('%Y-%m-%d %H:%M:%S')}")
     print(f"mpips plan: the cluster's profile: {path}", flush=True)

@@ -67,7 +67,7 @@ def probe_settings(config: Config, seconds: float, out: str) -> list[Config]:
 def run_probe(config: Config, comm, *, seconds: float, out: str) -> ClusterProfile | None:
     """Run the probe over `comm` (every rank); the fitted profile on rank 0, None elsewhere."""
     from ..io.log import RunLog
-    from ..runtime.job import train
+    from ..runtime.job.train import train
 
     run_dirs = []
     for c in probe_settings(config, seconds, out):
@@ -112,7 +112,7 @@ def fit_curve(b: np.ndarray, t: np.ndarray) -> tuple[float, float, float]:
         if a < 0 or c < 0:   # the better one-term model
             fits = [(0.0, float(np.sum(b ** p * t) / np.sum(b ** (2 * p)))),
                     (float(np.mean(t)), 0.0)]
-            a, c = min(fits, key=lambda ac: _error(b, t, *ac, p))
+            a, c = min(fits, key=lambda ac: _error(b, t, ac[0], ac[1], p))
         return float(a), float(c), _error(b, t, a, c, p)
 
     a, c, linear = best(1.0)
@@ -319,8 +319,8 @@ def fit_apply(applies: list[np.ndarray], moving: float) -> Apply:
     """fixed + per_push x pushes through the median apply per push count;
     `moving`: the seconds of one push's bytes at the network's bandwidth,
     which the simulator charges apart."""
-    ap = np.concatenate(applies) if applies else np.zeros(0)
-    counts = np.unique(ap["pushes"]) if ap.size else []
+    ap: np.ndarray = np.concatenate(applies) if applies else np.zeros(0)
+    counts: np.ndarray = np.unique(ap["pushes"]) if ap.size else np.zeros(0)
     points = [(k, float(np.median(ap["apply"][ap["pushes"] == k]))) for k in counts if k > 0]
     if not points:
         return Apply()

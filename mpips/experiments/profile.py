@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from ..training.emulation import DeviceTime, format_slowdown
 from ..validate import ConfigError
@@ -189,7 +189,7 @@ def _keys(data: Any, where: str, allowed: tuple[str, ...], required: tuple[str, 
             raise _Bad(where, data, f"needs {key}")
 
 
-def _value(value: Any, where: str, rule: dict) -> float:
+def _value(value: Any, where: str, rule: Mapping) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
         ok = (value > rule["low"] if rule["low_open"] else value >= rule["low"]) and value <= rule["high"]

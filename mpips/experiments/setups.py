@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import difflib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config import COMPRESSORS, Config, ConfigError, coerce, field_types
 from ..paradigms import available
@@ -37,6 +37,8 @@ def _choices() -> dict[str, tuple]:
     return {f.name: f.metadata["choices"] for f in dataclasses.fields(Config) if "choices" in f.metadata}
 
 
+_S = TypeVar("_S", bound="Setup")
+
 @dataclass(frozen=True)
 class Setup:
     """One entry: its text (`name`, also the label of its runs in a
@@ -46,7 +48,7 @@ class Setup:
     OPTION = "--paradigms"   # the option whose entries these are, for the errors
 
     @classmethod
-    def parse(cls, text: str) -> "Setup":
+    def parse(cls: type[_S], text: str) -> _S:
         text = text.strip()
         head, *items = text.split(":")
         paradigm, plus, compressor = head.strip().partition("+")

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..io.log import RunLog
 from ..io.outdir import folder_problem
@@ -92,7 +92,7 @@ def search(runner: ProbeRunner, *, low: float, high: float, tolerance: float, st
            report: Callable[[dict, Probe | None], None]) -> dict:
     """Run the reference and the probes; `report(record, probe)` follows each
     run, and the end (probe None)."""
-    record = {"range": [low, high], "tolerance_points": tolerance, "steps": steps,
+    record: dict[str, Any] = {"range": [low, high], "tolerance_points": tolerance, "steps": steps,
               "launcher": runner.launcher, "ranks": runner.ranks, "train_flags": runner.flags,
               "reference": None, "probes": [], "chosen": None}
     reference = runner.run("reference-bsp", None)

@@ -11,7 +11,7 @@ mpips.io.log.DiskFull); the newest KEEP are kept. It holds:
   dataset, parameter count, layout, ...);
 - `rank-<r>/state` (JSON) and `rank-<r>/<i>` (arrays): rank r's state, as
   `encode` writes any nest of dicts, lists, scalars, numpy arrays and torch
-  tensors (mpips/runtime/checkpointer.py says what each role puts there);
+  tensors (mpips/runtime/recovery/checkpointer.py says what each role puts there);
 - attribute `sha256` over all of it, verified on load.
 
 A job whose run directory holds checkpoints of an unfinished run resumes
@@ -247,7 +247,7 @@ class Resume:
 
 # What a resuming job reads of the meta (the Checkpointer, the segment event), and
 # what each must be: a file without one ended in a KeyError or TypeError.
-_META = {"number": (int, "an integer"), "segment": (int, "an integer"), "step": (int, "an integer"),
+_META: dict[str, tuple[type | tuple[type, ...], str]] = {"number": (int, "an integer"), "segment": (int, "an integer"), "step": (int, "an integer"),
          "time": ((int, float), "a number"), "identity": (dict, "a JSON object"),
          "clocks": (list, "a list of integers"), "server_steps": (list, "a list of integers")}
 
@@ -256,7 +256,7 @@ def _check_meta(path: str, meta: dict) -> None:
     for key, (kind, what) in _META.items():
         value = meta.get(key)
         if (not isinstance(value, kind) or isinstance(value, bool)
-                or (kind is list and not all(type(v) is int for v in value))):
+                or (isinstance(value, list) and not all(type(v) is int for v in value))):
             raise CheckpointError(path, f"its meta has {key}={reprlib.repr(value)}, not {what}")
 
 

@@ -78,7 +78,14 @@ PUSH = np.dtype([
 TABLES = {"iterations": ITERATION, "applies": APPLY, "evaluations": EVALUATION, "events": EVENT,
           "exchanges": EXCHANGE, "pushes": PUSH}
 # per table: its columns, and those of integers (RankLog.row checks a row against them)
-_COLUMNS = {name: (set(dt.names), [k for k in dt.names if dt[k].kind in "iu"]) for name, dt in TABLES.items()}
+
+
+def columns(dtype: np.dtype) -> tuple[str, ...]:
+    """A table's column names (a structured dtype's; numpy types them optional)."""
+    return dtype.names or ()
+
+
+_COLUMNS = {name: (set(columns(dt)), [k for k in columns(dt) if dt[k].kind in "iu"]) for name, dt in TABLES.items()}
 
 
 class LogRowError(ValueError):
@@ -122,7 +129,7 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 def _full(e: BaseException) -> int:
     """The errno of a full disk behind `e`, or 0: an OSError's own, or the one
     HDF5 puts in its message (h5py raises a RuntimeError for a failed flush)."""
-    if getattr(e, "errno", None) in _FULL:
+    if isinstance(e, OSError) and e.errno in _FULL:
         return e.errno
     found = re.search(r"errno = (\d+)", str(e))
     return int(found.group(1)) if found and int(found.group(1)) in _FULL else 0
@@ -207,7 +214,7 @@ class RankLog:
         for name in integers:
             if isinstance(values[name], (float, np.floating)):
                 raise LogRowError(f"a row of {table}: {name}={values[name]!r}, a float for an integer column")
-        self._rows[table].append(tuple(values[k] for k in TABLES[table].names))
+        self._rows[table].append(tuple(values[k] for k in columns(TABLES[table])))
         if time.monotonic() - self._last_flush > self.flush_seconds:
             self.flush()
 
@@ -403,7 +410,7 @@ def _is_table(node, dtype: np.dtype) -> bool:
     strings as HDF5 stores them)."""
     if not isinstance(node, h5py.Dataset) or node.ndim != 1 or node.dtype.names != dtype.names:
         return False
-    return all(dtype[k].kind == "O" or node.dtype[k] == dtype[k] for k in dtype.names)
+    return all(dtype[k].kind == "O" or node.dtype[k] == dtype[k] for k in columns(dtype))
 
 
 def _read_table(node, name: str, dtype: np.dtype) -> tuple[np.ndarray, int] | None:
@@ -412,12 +419,12 @@ def _read_table(node, name: str, dtype: np.dtype) -> tuple[np.ndarray, int] | No
     None if the node is not such a table."""
     if _is_table(node, dtype):
         return _intact_rows(node, name)
-    older = np.dtype([(k, dtype[k]) for k in dtype.names if k not in ADDED.get(name, ())])
+    older = np.dtype([(k, dtype[k]) for k in columns(dtype) if k not in ADDED.get(name, ())])
     if older == dtype or not _is_table(node, older):
         return None
     old, lost = _intact_rows(node, name)
     rows = np.zeros(old.shape, dtype)
-    for k in older.names:
+    for k in columns(older):
         rows[k] = old[k]
     return rows, lost
 
@@ -523,7 +530,7 @@ class RunLog:
             raise LogError(path, f"not a readable run log ({_one_line(e)})") from None
         names = set(expected) | {os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "rank-*.h5"))}
         self.files: dict[str, dict] = {}   # per rank file: present, problem, rows per table
-        parts = {name: [] for name in TABLES}
+        parts: dict[str, list[tuple[int, np.ndarray]]] = {name: [] for name in TABLES}
         for name in sorted(names):
             self.files[name] = self._read_rank_file(os.path.join(run_dir, name), parts)
         # another run's rank file that run.h5 does not name is only left out; one it names is a problem
@@ -534,7 +541,7 @@ class RunLog:
         # rows per table left out: work lost since a checkpoint, redone after it
         self._tables, self.redone = _without_lost_work(parts)
 
-    def _read_rank_file(self, path: str, parts: dict) -> dict:
+    def _read_rank_file(self, path: str, parts: dict[str, list[tuple[int, np.ndarray]]]) -> dict:
         info = {"present": os.path.exists(path), "problem": "", "rows": {}}
         if not info["present"]:
             info["problem"] = "missing"
@@ -582,7 +589,7 @@ class RunLog:
         total = int(self.layout.get("total_samples") or 0)
         promised, rows, samples = None, {}, None
         if total:
-            # a global budget (mpips/runtime/budget.py): the workers' iterations vary,
+            # a global budget (mpips/runtime/roles/budget.py): the workers' iterations vary,
             # their samples add up to the budget (unless a time limit cut it)
             samples = int(it["batch"].sum())
             if samples < total and not self.config.get("time_limit"):
@@ -656,7 +663,7 @@ class RunLog:
         if table not in TABLES:
             raise KeyError(f"no table {table!r}; tables: {', '.join(TABLES)}")
         rows = self.evaluations if table == "evaluations" else self._tables[table]
-        return pd.DataFrame({name: rows[name] for name in rows.dtype.names})
+        return pd.DataFrame({name: rows[name] for name in columns(rows.dtype)})
 
     def frames(self) -> dict:
         """Every table as a DataFrame, by name."""

@@ -78,7 +78,7 @@ def claim(run_dir: str, config: dict, *, overwrite: bool) -> None:
         return
     # None: no run.h5 at all; {}: one that cannot be read (still another run's)
     attrs = run_attrs(run_dir) if os.path.exists(os.path.join(run_dir, "run.h5")) else None
-    same = bool(attrs) and "status" not in attrs and _settings(attrs.get("config")) == _settings(config)
+    same = bool(attrs) and attrs is not None and "status" not in attrs and _settings(attrs.get("config")) == _settings(config)
     if not (overwrite or same):
         if attrs is None:
             what = f"{len(files)} files of a run ({os.path.basename(sorted(files)[0])}, ...)"

@@ -18,7 +18,7 @@ from .gates import PASS, Gate, bounded_gate, own_writes_gate
 from .view import MODE_ASP, MODE_BSP, ClusterView
 
 # name -> "module:Class" (built in, imported on first use) or the class itself (registered)
-REGISTRY: dict[str, str | type] = {
+REGISTRY: dict[str, str | type[Paradigm]] = {
     "bsp": "bsp:BSP",
     "asp": "asp:ASP",
     "ssp": "ssp:SSP",
@@ -93,7 +93,7 @@ def available() -> list[str]:
     return list(REGISTRY)
 
 
-def paradigm_class(name: str) -> type:
+def paradigm_class(name: str) -> type[Paradigm]:
     entry = REGISTRY[name]
     if isinstance(entry, str):
         module, cls = entry.split(":")

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from typing import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..validate import ConfigError
 
 __all__ = ["allocate", "BatchRefiner"]
 
 
-def _known_speeds(speeds: Sequence[float]) -> np.ndarray:
+def _known_speeds(speeds: ArrayLike) -> np.ndarray:
     """Speeds with unknown entries (<= 0, NaN, inf) replaced by the mean of the
     known ones, so a worker without a prediction yet gets an average share
     rather than none or everything."""
@@ -52,7 +52,7 @@ def _bounded_shares(total: int, v: np.ndarray, lo: float, hi: float) -> np.ndarr
     # first breakpoint with f >= total, by bisection: f at O(log W) breakpoints,
     # O(W) each (f at all 2W of them is a 2W x W matrix: 128K cells a round at
     # 256 workers, in every worker)
-    k = bisect_left(range(len(bps)), total, key=f)
+    k = bisect_left(range(len(bps)), float(total), key=f)
     if k == 0:
         lam = bps[0]
     elif k == len(bps):                      # unreachable when total <= hi*W
@@ -82,7 +82,7 @@ def _round_to_sum(real: np.ndarray, total: int, lo: int, hi: int) -> np.ndarray:
     return x
 
 
-def allocate(total: int, speeds: Sequence[float], cap: int = 0) -> np.ndarray:
+def allocate(total: int, speeds: ArrayLike, cap: int = 0) -> np.ndarray:
     """Per-worker batch sizes x_i ~ X * v_i / sum_j v_j, summing exactly to X.
 
     `total` is the global batch X, `speeds` the predicted samples/s per worker
@@ -172,13 +172,13 @@ class BatchRefiner:
         b = state["best"]
         self._best = None if b is None else (float(b[0]), np.asarray(b[1], dtype=np.int64))
 
-    def spread(self, finish_times: Sequence[float]) -> float:
+    def spread(self, finish_times: ArrayLike) -> float:
         """(max - min) / max of the finish times: 0 = perfectly balanced."""
         t = np.asarray(finish_times, dtype=float)
         tmax = t.max()
         return float((tmax - t.min()) / tmax) if tmax > 0 else 0.0
 
-    def update(self, batches: Sequence[int], finish_times: Sequence[float]) -> np.ndarray:
+    def update(self, batches: ArrayLike, finish_times: ArrayLike) -> np.ndarray:
         """Batch sizes for the next round, given this round's and its finish times."""
         x = np.asarray(batches, dtype=np.int64).copy()
         t = np.asarray(finish_times, dtype=float)

@@ -92,13 +92,13 @@ class Paradigm:
     name = "base"
     wants_exact_distance = False   # the worker measures ||w_now - w_read|| for push()
     # Workers take local steps with an optimizer of their own and push
-    # pseudo-gradients (runtime/local_worker.py); the servers apply the outer rule.
+    # pseudo-gradients (runtime/roles/local_worker.py); the servers apply the outer rule.
     local_sgd = False
     # Some pushes are applied as they arrive, each on parameters it was not
     # computed on: the servers apply `async_rule` to them (not within a
     # synchronous round: `synchronous`), and a DC rule's pushes carry their read.
     asynchronous = True
-    server = 0   # on a server's rank: which server this object answers for (runtime/server.py sets it)
+    server = 0   # on a server's rank: which server this object answers for (runtime/roles/server.py sets it)
 
     def __init__(self, config, num_workers: int):
         self.config = config
@@ -130,7 +130,7 @@ class Paradigm:
     @classmethod
     def group_servers(cls, config) -> int:
         """Ranks of a second level of servers this paradigm runs on (one per
-        group; mpips/runtime/levels.py runs them): none unless it says so."""
+        group; mpips/runtime/job/levels.py runs them): none unless it says so."""
         return 0
 
     @property

@@ -100,7 +100,8 @@ class Compressor:
     sparse = False
 
     def __init__(self, *, segments: Segments | None = None):
-        self.segments = None if segments is None else [(int(a), int(b)) for a, b in segments]
+        self.segments: list[tuple[int, int]] | None = (None if segments is None
+                                                       else [(int(a), int(b)) for a, b in segments])
         self._residual: np.ndarray | None = None
         self.n: int | None = None
         self.last_nbytes = 0
@@ -207,7 +208,7 @@ class _Sparsifier(Compressor):
         acc = self._residual
         acc += g                       # acc = gradient + residual, in place
         picks, k_total, sel_total = [], 0, 0
-        for a, b in self.segments:
+        for a, b in self.segments or ():   # (set by the first gradient's check)
             if b == a:
                 continue
             k = min(b - a, math.ceil((b - a) * self.ratio))
@@ -379,7 +380,7 @@ def ratio_schedule(epoch: int, rank: int, groups: int = 3,
     return s.ratio(epoch, pos), s.rho_at(pos)
 
 
-def speed_ranks(group_times: Sequence[float]) -> list[int]:
+def speed_ranks(group_times: Sequence[float] | np.ndarray) -> list[int]:
     """Speed rank of each group (0 = fastest = smallest time; ties by index;
     unknown (nan) times rank slowest)."""
     t = np.asarray(group_times, dtype=float)

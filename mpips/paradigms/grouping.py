@@ -32,7 +32,7 @@ def validate_layout(workers: int, groups: int) -> None:
         raise ConfigError("groups", groups, f"must be <= workers ({workers})")
 
 
-def group_by_speed(iter_times: Sequence[float], groups: int,
+def group_by_speed(iter_times: Sequence[float] | np.ndarray, groups: int,
                    method: str = "equal") -> list[list[int]]:
     """Cut workers, sorted by iteration time, into `groups` groups, fastest first.
 
@@ -149,7 +149,7 @@ def parse_assignment(text: str, workers: int, groups: int) -> list[list[int]]:
     return out
 
 
-def make_groups(cfg, workers: int, iter_times: Sequence[float] | None = None) -> list[list[int]]:
+def make_groups(cfg, workers: int, iter_times: Sequence[float] | np.ndarray | None = None) -> list[list[int]]:
     """The groups of a run: `cfg.group_assignment` if given, else by measured speed."""
     if cfg.group_assignment:
         return parse_assignment(cfg.group_assignment, workers, cfg.groups)

@@ -1,6 +1,6 @@
 """GSSP, grouping SSP with GDTopK (IEEE TCC 2022): the decisions.
 
-Workers of similar speed form groups, each with a group server (mpips/runtime/levels.py
+Workers of similar speed form groups, each with a group server (mpips/runtime/job/levels.py
 sets up the two levels of servers). A worker sees only its own group's
 control table, in which the workers of other groups read as done with clock 0
 (the rule by which finished workers never block), so the plain SSP gate with

@@ -48,7 +48,7 @@ from .balance import BatchRefiner, allocate
 from .base import Push
 from .bsp import BSP
 from .gates import Gate
-from .predict import make_predictor, utilisation
+from .predict import SpeedPredictor, make_predictor, utilisation
 from .view import ClusterView
 
 
@@ -77,7 +77,7 @@ class LBBSP(BSP):
         self.equal = allocate(self.total, np.ones(num_workers), self.cap)  # ConfigError at set-up
         self.refiner = BatchRefiner(self.total, cap=self.cap) if config.lbbsp_refine else None
         self.splits: dict[int, np.ndarray] = {}     # round -> split (the last two rounds)
-        self.predictors: dict[int, object] = {}     # worker -> its predictor (one per process)
+        self.predictors: dict[int, SpeedPredictor] = {}     # worker -> its predictor (one per process)
         self.slots: dict[int, list[float]] = {}     # worker -> its four published extras
         self.predicted: dict[int, float] = {}       # worker -> its prediction for its next round
 

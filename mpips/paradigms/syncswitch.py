@@ -239,7 +239,7 @@ class SyncSwitch(Paradigm):
     # server 0: the decisions ------------------------------------------------------
     def server_control(self, view):
         if self.deciding is not None:
-            return self._resolve_bsp(view)
+            return self._resolve_bsp(view, self.deciding)
         self.detector.observe(view)
         if not self._settled(view):
             return []
@@ -295,13 +295,13 @@ class SyncSwitch(Paradigm):
         event["momentum_ramp"] = self.config.momentum_ramp
         return [(SLOT_MODE_CLOCK, DECIDING, None), (SLOT_MODE, MODE_ASP, None), (SLOT_MODE_CLOCK, k, event)]
 
-    def _resolve_bsp(self, view: ClusterView):
+    def _resolve_bsp(self, view: ClusterView, deciding: dict):
         """Second half of ASP -> BSP: K from clocks read after MODE_CLOCK = -1."""
         k = int(view.clocks.max()) + 1
         self.mode, self.phase_start = MODE_BSP, k
         self.switches += 1
-        event = self._event(view, MODE_BSP, k, self.deciding["reason"], self.config.momentum)
-        event["decided"] = self.deciding["decided"]
+        event = self._event(view, MODE_BSP, k, deciding["reason"], self.config.momentum)
+        event["decided"] = deciding["decided"]
         self.deciding = None
         self.cause = []
         return [(SLOT_MODE_CLOCK, k, event)]

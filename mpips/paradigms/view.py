@@ -50,7 +50,8 @@ class ClusterView:
         self.push_times, self.iter_times = push_times, iter_times
         self.updates, self.mode, self.mode_clock = updates, mode, mode_clock
         self.path_length, self.update_norm_ema = path_length, update_norm_ema
-        self.extras, self.slots = extras, slots
+        self.extras = np.zeros((len(clocks), 4)) if extras is None else extras
+        self.slots = slots
         self.steps = steps
         # not given (a view made by hand): one server, whose steps and applied counts these are
         self.server_steps = np.array([steps]) if server_steps is None else server_steps

@@ -11,11 +11,11 @@ import numpy as np
 from ..config import Config
 from ..io.log import RankLog
 from ..paradigms import Paradigm
-from .checkpointer import Checkpoints
 from .layout import Layout
+from .recovery.checkpointer import Checkpoints
 from .state import S, W
-from .transport import ControlTable, ParameterStore
-from .wait import Clock
+from .transport.protocols import ControlTable, ParameterStore
+from .transport.wait import Clock
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,8 @@ class Context:
         level, snap = self.level, self.table.read()
         rows = self.table.worker_rows(snap)
         applied = self.table.server_rows(snap)[:, len(S):]
-        parts, lagging = [], {}
+        parts: list[str] = []
+        lagging: dict[int, list[str]] = {}
         for j in workers:
             clock = int(rows[j, W.CLOCK])
             behind = [s for s in range(len(applied)) if applied[s, j] < clock]

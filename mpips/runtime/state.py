@@ -2,14 +2,13 @@
 
 The parameter store's gradient slots and how a server sums them, and the
 control table's columns, offsets and read-only views: the same for the MPI
-windows (mpips/runtime/mpi_transport.py) and the simulator's in-process arrays
-(mpips/runtime/local_transport.py), which differ only in how bytes move.
+windows (mpips/runtime/transport/mpi.py) and the simulator's in-process arrays
+(mpips/runtime/transport/local.py), which differ only in how bytes move.
 """
 from __future__ import annotations
 
-import functools
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -38,19 +37,20 @@ class SlotRows:
             raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
 
 
-def sum_slots(out: np.ndarray, slots: np.ndarray, heads, slot_of: dict, clocks, consumed, *,
+def sum_slots(out: np.ndarray, slots: Any, heads: Any, slot_of: dict, clocks, consumed, *,
               sparse: bool, each=None, reads: np.ndarray | None = None) -> int:
     """Sum into `out` the pushes counted in `clocks` and not in `consumed`
     (per row of the control table), in the order of their keys, then rows;
     returns how many. `slots`, `heads`: one server's gradient slots and
-    their heads (push number, order key, the version read, scale: `Head`);
-    `slot_of`: row -> slot. A slot holds its row's latest push, numbered
-    with the clock that counts it (a GSSP group server's clock counts the
-    worker pushes a delta carries): a counted push whose slot does not hold
-    its number was never written (rejected: NaN/Inf). Sparse slots are
-    zeroed once taken. `each(row, head, push, read)`, where given, is what
-    goes into the sum for each push (an async rule's: `reads`, the slots of
-    the parameters each push was read at, or None)."""
+    their heads (push number, order key, the version read, scale: `Head`),
+    by slot (arrays under MPI, lists in the simulator); `slot_of`: row ->
+    slot. A slot holds its row's latest push, numbered with the clock that
+    counts it (a GSSP group server's clock counts the worker pushes a delta
+    carries): a counted push whose slot does not hold its number was never
+    written (rejected: NaN/Inf). Sparse slots are zeroed once taken.
+    `each(row, head, push, read)`, where given, is what goes into the sum
+    for each push (an async rule's: `reads`, the slots of the parameters
+    each push was read at, or None)."""
     written = []
     for row in np.flatnonzero(np.asarray(clocks) > np.asarray(consumed)):
         k = slot_of[int(row)]
@@ -107,7 +107,7 @@ class W(IntEnum):
     EXTRA1 = 10
     EXTRA2 = 11
     EXTRA3 = 12
-    HALTED = 13      # the last checkpoint request this worker stopped for (mpips/runtime/checkpointer.py)
+    HALTED = 13      # the last checkpoint request this worker stopped for (mpips/runtime/recovery/checkpointer.py)
 
 
 _HALTED = int(W.HALTED)
@@ -139,7 +139,7 @@ class S(IntEnum):
     NORM_EMA = 3     # EMA of one update's norm
     DONE = 4
     BEGUN = 5        # steps begun: > STEPS while a step writes the parameters (VSGD exact)
-    HALTED = 6       # the last checkpoint request this server stopped for (mpips/runtime/checkpointer.py)
+    HALTED = 6       # the last checkpoint request this server stopped for (mpips/runtime/recovery/checkpointer.py)
 
 
 class G(IntEnum):
@@ -149,11 +149,11 @@ class G(IntEnum):
     MODE_CLOCK = SLOT_MODE_CLOCK  # clock at which MODE takes effect (-1: being decided)
     EXTRA0 = 2
     EXTRA1 = 3
-    # Coordinated checkpoints (mpips/runtime/checkpointer.py), written by server 0:
+    # Coordinated checkpoints (mpips/runtime/recovery/checkpointer.py), written by server 0:
     CHECKPOINT = 4       # number of the latest checkpoint requested (0: none yet)
     CHECKPOINT_GO = 5    # n: every rank stopped for checkpoint n, save it; -n: cancelled
     CHECKPOINT_EXIT = 6  # n: the job ends after checkpoint n (preemption)
-    CLAIMED = 7          # samples of the global budget claimed so far (mpips/runtime/budget.py)
+    CLAIMED = 7          # samples of the global budget claimed so far (mpips/runtime/roles/budget.py)
 
 
 _NG, _NW, _NS = 8, len(W), len(S)
@@ -169,6 +169,10 @@ class TableLayout:
         self.servers = servers
         self.size = _NG + workers * _NW + servers * (_NS + workers)
         self.latest = np.zeros(self.size)   # the table as of the last `read()` (no copy, no communication)
+
+    def read(self) -> np.ndarray:
+        """The whole table, as of now (the transport's)."""
+        raise NotImplementedError
 
     def worker_offset(self, worker: int, col: int = 0) -> int:
         return _NG + worker * _NW + col
@@ -377,9 +381,15 @@ class TableView(ClusterView):
         return cells
 
 
-@functools.cache
-def _cluster_fields(view_class) -> list:
+_CLUSTER_FIELDS: dict[type, list] = {}
+
+
+def _cluster_fields(view_class: type) -> list:
     """(name, cells) of a view class's fields that read more than workers' rows
-    (a field a subclass redefines, once: its own)."""
-    fields = {f.name: f for k in reversed(view_class.__mro__) for f in vars(k).values() if isinstance(f, _Field)}
-    return [(name, f.cells) for name, f in fields.items() if f.cells is not PER_WORKER]
+    (a field a subclass redefines, once: its own); computed once a class."""
+    found = _CLUSTER_FIELDS.get(view_class)
+    if found is None:
+        fields = {f.name: f for k in reversed(view_class.__mro__) for f in vars(k).values() if isinstance(f, _Field)}
+        found = _CLUSTER_FIELDS[view_class] = [(name, f.cells) for name, f in fields.items()
+                                               if f.cells is not PER_WORKER]
+    return found

@@ -211,7 +211,7 @@ def _cache(path: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), 0o644)
-            np.savez(fh, **arrays)
+            np.savez(fh, **arrays)  # type: ignore[arg-type]  # numpy's stubs take the first keyword for allow_pickle
         os.replace(tmp, path)
     except OSError as e:
         if tmp and os.path.exists(tmp):
@@ -561,7 +561,7 @@ class GlobalStream:
     """The training set as one stream of samples under a global budget:
     position k is sample perm_e[k mod N] of epoch e = k div N, perm_e a
     permutation seeded by (seed, e). Workers claim consecutive slices of the
-    stream (mpips/runtime/budget.py), so each sample is used once per epoch whoever
+    stream (mpips/runtime/roles/budget.py), so each sample is used once per epoch whoever
     claims it, and any slice is a pure function of its position."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor, seed: int):

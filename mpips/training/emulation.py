@@ -209,7 +209,7 @@ class Slowdown:
         self.persistent = factors[worker] if factors else 1.0
         self.straggles = [s for s in parse_stragglers(config.straggler, workers) if s.worker == worker]
         self._random = random_stragglers(config.random_stragglers, worker, config.seed, workers)
-        self._drawn = 0     # iterations the random straggles are drawn up to
+        self._drawn: float = 0   # iterations the random straggles are drawn up to (inf: all drawn)
         self.device_time = config.device_time_model()
 
     def _draw(self, iteration: int) -> None:

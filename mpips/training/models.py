@@ -45,7 +45,7 @@ class MLP(nn.Sequential):
         features = 1
         for d in input_shape:
             features *= d
-        layers = [nn.Flatten()]
+        layers: list[nn.Module] = [nn.Flatten()]
         for width in hidden:
             layers += [nn.Linear(features, width), nn.ReLU()]
             features = width
@@ -124,7 +124,7 @@ class BasicBlock(nn.Module):
             nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False), _norm(out_channels), nn.ReLU(),
             nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False), _norm(out_channels),
         )
-        self.shortcut = nn.Identity()
+        self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_channels != out_channels:
             self.shortcut = nn.Sequential(
                 nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), _norm(out_channels))

@@ -106,17 +106,19 @@ class Outer(SGD):
             return super().step(grad, lr)
         g = torch.from_numpy(grad)
         self.updates += 1
-        self._since.add_(g)
+        since = self._since
+        assert since is not None   # (made when delay > 1)
+        since.add_(g)
         m = self.momentum
         if self.updates % self.delay or not m:
             self.param.add_(g, alpha=-lr)
             return lr * float(torch.linalg.vector_norm(g))
-        self._since.div_(self.delay)
+        since.div_(self.delay)
         if self._buf is None:
-            self._buf = self._since.clone()
+            self._buf = since.clone()
         else:
-            self._buf.mul_(m).add_(self._since)
-        self._since.zero_()
+            self._buf.mul_(m).add_(since)
+        since.zero_()
         d_p = g.add(self._buf, alpha=m)
         self.param.add_(d_p, alpha=-lr)
         return lr * float(torch.linalg.vector_norm(d_p))

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
-
 from job_pool import JobPool, kill_job  # noqa: F401 (kill_job: the tests import it from here)
+
 from mpips.experiments.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
 from mpips.io.log import RunLog
 from mpips.training.data import GlobalStream, WorkerShard, load_dataset

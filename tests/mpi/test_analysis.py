@@ -14,9 +14,9 @@ import sys
 import matplotlib.image
 import numpy as np
 import pytest
+from conftest import train
 
 from analysis import plot, summarize
-from conftest import train
 from mpips.io.log import RunLog
 from tests.thresholds import SETUPS
 

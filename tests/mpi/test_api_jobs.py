@@ -10,8 +10,8 @@ import sys
 import textwrap
 
 import numpy as np
-
 from conftest import mpiexec, train
+
 from mpips.analysis import summarize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import assert_each_sample_once, even_rounds, kill_training_when, replayed_run, train
+
 from mpips.config import load
 from mpips.io.checkpoint import CheckpointError, checkpoint_files, decode, read_checkpoint
 from mpips.io.log import RunLog

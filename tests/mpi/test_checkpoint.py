@@ -14,7 +14,6 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-
 from conftest import assert_each_sample_once, kill_training_when, train
 
 from mpips.io.checkpoint import CheckpointError, checkpoint_files, decode, read_checkpoint

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from conftest import MPI_ENV, MPIEXEC
+
 from mpips.io.log import RunLog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import assert_each_sample_once, train, uneven_sgd_oracle
+
 from mpips.config import Config
 
 ORACLE = ("--iterations", "30", "--lr", "0.1", "--momentum", "0.9", "--seed", "3", "--eval-every", "100")

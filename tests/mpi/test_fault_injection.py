@@ -17,8 +17,8 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from conftest import MPI_ENV, MPIEXEC, kill_job, train
+
 from mpips.io.checkpoint import checkpoint_files
 from mpips.io.log import RunLog
 from mpips.training.models import build_model

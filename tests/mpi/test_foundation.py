@@ -3,14 +3,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import torch
+from conftest import (
+    assert_each_sample_once,
+    even_rounds,
+    one_round_float_bound,
+    replayed_run,
+    rounds_of,
+    train,
+    uneven_sgd_oracle,
+)
 
-from conftest import (assert_each_sample_once, even_rounds, one_round_float_bound, replayed_run,
-                      rounds_of, train, uneven_sgd_oracle)
 from mpips.config import load
 from tests.thresholds import SETUPS
-
 
 BSP_FLAGS = ["--paradigm", "bsp", "--batch-size", "16", "--iterations", "20", "--lr", "0.1",
              "--momentum", "0.9", "--seed", "3"]

@@ -29,7 +29,6 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import train
 
 from mpips.io.checkpoint import checkpoint_files, find_resume, read_checkpoint
@@ -165,7 +164,7 @@ def test_a_log_flush_that_does_not_fit_writes_nothing(small_disk):
     log = RankLog(rank_file(run, 1), 1)
     flushed = 0
     with pytest.raises(DiskFull, match=rf"^disk full writing {re.escape(run)}/rank-1\.h5: \d+ KiB free"):
-        for k in range(1000):
+        for _ in range(1000):
             for i in range(300):
                 log_row(log, "iterations", 0, flushed + i, 0, 0, 0.0, 0, 0, 0, 0, 0, 16, 1, 1, 0,
                         np.nan, np.nan, 0, 0, 0.5, 0, -1, 0, 0.0, 0.0)

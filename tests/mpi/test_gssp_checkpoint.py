@@ -13,11 +13,10 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import MPI_ENV, MPIEXEC, train
 
 from mpips.io.checkpoint import CheckpointError, checkpoint_files, read_checkpoint
-from mpips.runtime.checkpointer import PREEMPTED_EXIT
+from mpips.runtime.recovery.checkpointer import PREEMPTED_EXIT
 from tests.thresholds import SETUPS
 
 RANKS = 5   # 1 server + 2 group servers + 2 workers: each worker its own group

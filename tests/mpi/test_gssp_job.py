@@ -1,9 +1,9 @@
 """GSSP under mpiexec: 1 global server + 2 group servers + 4 workers, two slow."""
 import numpy as np
 import pytest
+from conftest import train
 
 from mpips.paradigms.compress import ratio_schedule
-from conftest import train
 
 S = 3            # group_staleness
 # the slowdowns of an emulated 10 ms device: 4x slower whatever the machine's

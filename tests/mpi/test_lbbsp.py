@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import replayed_run, rounds_of, train
+
 from mpips.config import Config
 from tests.thresholds import SETUPS
 

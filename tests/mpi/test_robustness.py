@@ -8,7 +8,6 @@ import time
 
 import h5py
 import pytest
-
 from conftest import MPI_ENV, MPIEXEC, kill_job, mpiexec, train
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import time
 
-from conftest import train
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ON_PATH = {"PYTHONPATH": os.pathsep.join([os.path.join(HERE, "inproc"), os.environ.get("PYTHONPATH", "")])}
 

@@ -4,8 +4,8 @@ arrays, virtual time). BSP's result does not depend on timing (a round's
 pushes are summed in the order of their batches), so the two must agree bit
 for bit; asynchronous paradigms are compared in benchmarks/sim_vs_mpi.py."""
 import numpy as np
-
 from conftest import train
+
 from mpips.cli import main
 from mpips.io.log import RunLog
 

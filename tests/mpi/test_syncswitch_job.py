@@ -11,9 +11,10 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import MPI_ENV, assert_each_sample_once, train
+
 from mpips.io.log import RunLog
+
 
 @pytest.fixture(scope="module")
 def offline(tmp_path_factory):

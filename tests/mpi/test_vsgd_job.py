@@ -2,7 +2,6 @@
 stale pushes of a straggler are damped, fresh ones are not, and it trains."""
 import numpy as np
 import pytest
-
 from conftest import train
 
 # per-worker budget: the straggler pushes as often as the others (clock-based checks)

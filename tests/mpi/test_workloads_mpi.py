@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
 from conftest import mpiexec, train
+
 from mpips.io.log import RunLog
 from tests.user_module import USER_MODULE
+
 
 def test_mnist1d_with_its_cnn_trains_on_4_workers(tmp_path):
     log = train(5, tmp_path / "run", "--dataset", "mnist1d", "--model", "cnn1d", "--epochs", "2",

@@ -21,8 +21,8 @@ import os
 
 import numpy as np
 import pytest
-
 from job_pool import JobPool
+
 from mpips.experiments.launch import MPI_ENV
 from mpips.io.log import RunLog
 

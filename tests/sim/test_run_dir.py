@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import threading
-import time
 
 import h5py
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from mpips.cli import main
 from mpips.io.log import RunLog
 from mpips.io.rundir import RunDirLock
+from mpips.runtime.roles.worker import Worker
 
 SMALL = ["--epochs", "1", "--eval-every", "100"]
 
@@ -87,19 +87,26 @@ def test_a_directory_in_use_is_refused_naming_the_holder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
-def test_a_simulation_stopped_by_a_signal_keeps_its_logs(tmp_path, signum, capsys):
+def test_a_simulation_stopped_by_a_signal_keeps_its_logs(tmp_path, signum, capsys, monkeypatch):
     """Its rows so far are written (SIGUSR1 lost every worker's), it says so,
-    exit 128 + signal. In this process: the signal is sent once run.h5 exists,
-    after `mpips simulate` took over the stop signals (and this test's own
-    handler keeps one that came too early from ending pytest)."""
+    exit 128 + signal. In this process: the signal is sent once the workers
+    have done some iterations (rows buffered, not yet flushed: by a count,
+    not a time, which a loaded machine stretched past the 0.3 s this once
+    slept), after `mpips simulate` took over the stop signals (and this
+    test's own handler keeps one that came too early from ending pytest)."""
     run = tmp_path / "run"
     previous = signal.signal(signum, lambda *_: None)
+    done = threading.Event()
+    iteration = Worker.iteration
+
+    def counted(self, it):
+        iteration(self, it)
+        if it >= 10:
+            done.set()
+    monkeypatch.setattr(Worker, "iteration", counted)
 
     def send():
-        deadline = time.monotonic() + 60
-        while not (run / "run.h5").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.3)    # into the run: rows buffered, not yet flushed
+        done.wait(120)
         os.kill(os.getpid(), signum)
     sender = threading.Thread(target=send, daemon=True)
     sender.start()

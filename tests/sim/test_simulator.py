@@ -19,11 +19,11 @@ import pytest
 from mpips.cli import main
 from mpips.config import Config
 from mpips.io.log import RunLog
-from mpips.runtime.scheduler import Scheduler, TaskFailed
 from mpips.runtime.state import shard_bounds
-from mpips.runtime.wait import StallError
-from tests.thresholds import SETUPS
+from mpips.runtime.transport.scheduler import Scheduler, TaskFailed
+from mpips.runtime.transport.wait import StallError
 from tests.mpi.conftest import assert_each_sample_once, replayed_run, rounds_of, uneven_sgd_oracle
+from tests.thresholds import SETUPS
 
 
 def simulate(run_dir, *flags: str) -> RunLog:
@@ -174,8 +174,8 @@ def test_a_wait_past_its_timeout_fails_its_task_naming_it():
     """Woken by writes that never make it pass, a wait ends at its timeout
     in virtual time: the task fails with whom it waited for, and the task is
     not resumed for the checks that failed before."""
-    from mpips.runtime.local_transport import LocalControlTable
     from mpips.runtime.state import W
+    from mpips.runtime.transport.local import LocalControlTable
 
     scheduler = Scheduler()
     control = LocalControlTable(LocalControlTable.shared(2, 1), scheduler, 2, 1)
@@ -206,15 +206,19 @@ def ssp0_gate_checks(workers: int, table: list[tuple[int, int]], steps) -> list[
     """When worker 0's SSP (s=0) gate is checked as `mpips simulate` waits on
     it: `table` gives each worker's (clock, pushes applied); another task makes
     one of `steps(clock, applied, control)` every virtual second."""
-    from mpips.runtime.local_transport import LocalControlTable
     from mpips.paradigms import make_paradigm
     from mpips.runtime.state import S, W
+    from mpips.runtime.transport.local import LocalControlTable
 
     scheduler = Scheduler()
     control = LocalControlTable(LocalControlTable.shared(workers, 1), scheduler, workers, 1)
     ssp = make_paradigm(Config(paradigm="ssp", staleness=0, workers=workers), workers)
-    clock = lambda j, c: control.write(control.worker_offset(j, W.CLOCK), [c])
-    applied = lambda j, n: control.write(control.server_offset(0, len(S) + j), [n])
+    def clock(j, c):
+        control.write(control.worker_offset(j, W.CLOCK), [c])
+
+    def applied(j, n):
+        control.write(control.server_offset(0, len(S) + j), [n])
+
     for j, (c, a) in enumerate(table):
         clock(j, c)
         applied(j, a)
@@ -247,9 +251,10 @@ def test_a_gate_is_checked_again_only_once_a_worker_it_waits_for_progresses():
     fail, and so would worker 2's push applied: it waits for worker 1."""
     from mpips.runtime.state import G
 
-    steps = lambda clock, applied, control: (lambda: clock(2, 1), lambda: applied(2, 1),
-                                             lambda: control.add(G.CLAIMED, 16), lambda: clock(1, 1),
-                                             lambda: applied(1, 1))
+    def steps(clock, applied, control):
+        return (lambda: clock(2, 1), lambda: applied(2, 1), lambda: control.add(G.CLAIMED, 16),
+                lambda: clock(1, 1), lambda: applied(1, 1))
+
     assert ssp0_gate_checks(3, [(1, 1), (0, 0), (0, 0)], steps) == [0.0, 5.0]
 
 
@@ -258,8 +263,10 @@ def test_a_gate_waiting_for_many_watches_the_one_furthest_behind():
     again only once the one furthest behind progresses, the fewest pushes
     applied first (worker 2 or 4, not worker 3 with the lowest clock), then
     the lowest clock, then the lowest index (worker 2, not 4)."""
-    steps = lambda clock, applied, control: (lambda: applied(1, 2), lambda: clock(3, 2), lambda: applied(3, 2),
-                                             lambda: applied(4, 2), lambda: applied(2, 1), lambda: applied(2, 2))
+    def steps(clock, applied, control):
+        return (lambda: applied(1, 2), lambda: clock(3, 2), lambda: applied(3, 2),
+                lambda: applied(4, 2), lambda: applied(2, 1), lambda: applied(2, 2))
+
     assert ssp0_gate_checks(6, [(2, 2), (2, 1), (2, 0), (1, 1), (2, 0), (2, 2)], steps) == [0.0, 5.0, 6.0]
 
 
@@ -267,8 +274,8 @@ def test_a_claim_wakes_only_waits_on_its_own_cell():
     """The global budget's claims (a fetch-and-add) are read by no wait's
     condition: a server-like wait on the whole table is checked again at a
     worker's tick, not at its claim; a wait on the counter's cell is."""
-    from mpips.runtime.local_transport import LocalControlTable
     from mpips.runtime.state import G, W
+    from mpips.runtime.transport.local import LocalControlTable
 
     scheduler = Scheduler()
     control = LocalControlTable(LocalControlTable.shared(2, 1), scheduler, 2, 1)
@@ -300,8 +307,8 @@ def test_a_write_wakes_only_where_a_value_changed_and_never_changes_a_snapshot()
     """A write of a cell's own value (a list: a worker's row; an array: a
     server's) wakes no wait, NaN over NaN included; a new value does. A
     snapshot read before a write keeps the values it had."""
-    from mpips.runtime.local_transport import LocalControlTable
     from mpips.runtime.state import W
+    from mpips.runtime.transport.local import LocalControlTable
 
     scheduler = Scheduler()
     control = LocalControlTable(LocalControlTable.shared(2, 1), scheduler, 2, 1)
@@ -339,7 +346,7 @@ def test_a_gate_without_read_your_writes_waits_for_the_slot(tmp_path):
     import mpips
     from mpips.paradigms import PASS
     from mpips.paradigms.bsp import BSP
-    from mpips.runtime.simulate import simulate as run
+    from mpips.runtime.job.simulate import simulate as run
 
     class Ungated(BSP):
         name = "ungated"
@@ -390,7 +397,7 @@ def test_a_failing_role_ends_the_simulation_naming_it(tmp_path, capsys):
     assert err[-1].startswith("mpips: error: the simulated job failed: rank 2 (worker 1) at t=")
     assert "injected failure (fail_at) at worker 1 iteration 4" in err[-1]
     with pytest.raises(TaskFailed):   # the API raises
-        from mpips.runtime.simulate import simulate as run
+        from mpips.runtime.job.simulate import simulate as run
         run(Config(paradigm="asp", workers=2, iterations=3, fail_at="0:1", run_dir=str(tmp_path / "r2")))
 
 
@@ -647,7 +654,7 @@ def test_a_run_of_mostly_rejected_pushes_ends_diverged(tmp_path, capsys):
 
 def test_simulate_never_imports_mpi4py(tmp_path):
     """`mpips simulate` runs on the in-process transport alone: mpi4py (and
-    with it an MPI library) is never loaded (runtime/mpi_transport.py is the
+    with it an MPI library) is never loaded (runtime/transport/mpi.py is the
     one module that imports it)."""
     code = ("import sys; from mpips.cli import main; "
             f"code = main(['simulate', '--workers', '2', '--iterations', '3', '--run-dir', {str(tmp_path / 'r')!r}]); "

@@ -61,22 +61,22 @@ def test_samples_of_a_run_go_to_whose_work_they_are(tmp_path):
 def test_a_module_imported_from_the_scheduler_is_not_the_run():
     # torch imported by scheduler.py's first line that needs it: a frame of scheduler.py, not its run
     import_stack = [("<module>", "benchmarks/simulator.py"), ("measure", "benchmarks/simulator.py"),
-                    ("<module>", "mpips/runtime/scheduler.py"), ("<module>", "torch/__init__.py")]
+                    ("<module>", "mpips/runtime/transport/scheduler.py"), ("<module>", "torch/__init__.py")]
     assert bench.mode_of(import_stack) is None
 
 
 def test_raw_samples_are_counted_per_mode(tmp_path):
-    run = "Scheduler.run (mpips/runtime/scheduler.py:153)"
-    task = "Task.__init__.<locals>.run (mpips/runtime/scheduler.py:61)"
+    run = "Scheduler.run (mpips/runtime/transport/scheduler.py:153)"
+    task = "Task.__init__.<locals>.run (mpips/runtime/transport/scheduler.py:61)"
     raw = tmp_path / "samples.txt"
     raw.write_text("\n".join([
         f"<module> (simulator.py:9);{run} 7",
-        f"{task};Worker.iteration (mpips/runtime/worker.py:131);LocalParameterStore.pull "
-        f"(mpips/runtime/local_transport.py:99);move (mpips/runtime/local_transport.py:61) 3",
-        f"{task};Worker.iteration (mpips/runtime/worker.py:140);Worker.compute_gradient "
-        f"(mpips/runtime/worker.py:200);forward (torch/nn/modules/linear.py:116) 11",
-        f"{task};Worker.iteration (mpips/runtime/worker.py:150);TableView.c_min (mpips/runtime/state.py:280) 2",
-        "<module> (simulator.py:9);simulate (mpips/runtime/simulate.py:80) 5",   # set-up: not the run's
+        f"{task};Worker.iteration (mpips/runtime/roles/worker.py:131);LocalParameterStore.pull "
+        f"(mpips/runtime/transport/local.py:99);move (mpips/runtime/transport/local.py:61) 3",
+        f"{task};Worker.iteration (mpips/runtime/roles/worker.py:140);Worker.compute_gradient "
+        f"(mpips/runtime/roles/worker.py:200);forward (torch/nn/modules/linear.py:116) 11",
+        f"{task};Worker.iteration (mpips/runtime/roles/worker.py:150);TableView.c_min (mpips/runtime/state.py:280) 2",
+        "<module> (simulator.py:9);simulate (mpips/runtime/job/simulate.py:80) 5",   # set-up: not the run's
     ]) + "\n")
     assert bench.sampled_modes(str(raw)) == {"simulator": 7, "roles": 2, "compute": 11, "transfers": 3,
                                              "data": 0, "server": 0, "log": 0, "evaluation": 0}

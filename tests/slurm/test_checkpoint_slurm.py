@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from conftest import wait_for_line
 
 from mpips.io.log import RunLog
-
-from conftest import wait_for_line
 
 REPO = Path(__file__).resolve().parents[2]
 # BSP: the same model whatever the timing, so the two runs can be compared bit for bit.

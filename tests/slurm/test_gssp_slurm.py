@@ -4,11 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from conftest import wait_for_line
 
 from mpips.io.log import RunLog
 from tests.thresholds import SETUPS
-
-from conftest import wait_for_line
 
 REPO = Path(__file__).resolve().parents[2]
 

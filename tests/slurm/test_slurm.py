@@ -1,10 +1,10 @@
 """The job scripts under a real (single-node) Slurm: see conftest.py."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
-import glob
 import shutil
 import subprocess
 import time

@@ -10,16 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from test_analysis_tables import write_log
 
 from mpips import cli
 from mpips.analysis import summarize
 from mpips.api import as_dataset
 from mpips.config import ConfigError
-from mpips.training.data import Dataset
 from mpips.io.log import TABLES
+from mpips.training.data import Dataset
 from mpips.training.models import build_model, check_model, model_label
-
-from test_analysis_tables import write_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from mpips.paradigms.balance import BatchRefiner, allocate
 from mpips.config import ConfigError
+from mpips.paradigms.balance import BatchRefiner, allocate
 
 
 def _ideal(total, speeds):

@@ -7,12 +7,20 @@ import numpy as np
 import pytest
 import torch
 
-from mpips.io.checkpoint import (CheckpointError, _digest, checkpoint_files, decode, encode, find_resume,
-                              read_checkpoint, write_checkpoint)
-from mpips.paradigms.compress import GDTopK
 from mpips.config import Config
+from mpips.io.checkpoint import (
+    CheckpointError,
+    _digest,
+    checkpoint_files,
+    decode,
+    encode,
+    find_resume,
+    read_checkpoint,
+    write_checkpoint,
+)
 from mpips.io.log import RankLog, RunLog, rank_file, write_run_end, write_run_header
 from mpips.paradigms import REGISTRY, ClusterView, make_paradigm
+from mpips.paradigms.compress import GDTopK
 
 
 def log_row(log, table: str, *values) -> None:

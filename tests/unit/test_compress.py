@@ -4,12 +4,18 @@ import math
 import numpy as np
 import pytest
 
+from mpips.config import Config, ConfigError
 from mpips.paradigms.compress import (
-    GDTopK, GDTopKSchedule, Identity, TopK, make_compressor, payload_nbytes, ratio_schedule,
+    GDTopK,
+    GDTopKSchedule,
+    Identity,
+    TopK,
+    make_compressor,
+    payload_nbytes,
+    ratio_schedule,
     speed_ranks,
 )
 from mpips.paradigms.grouping import EpochTimeEMA
-from mpips.config import Config, ConfigError
 
 TABLE = {  # docs/paradigms.md, GSSP: (epoch 2, 3, 4, >=5), rho
     0: ((0.25, 0.0625, 0.015625, 0.004), 0.008),

@@ -126,3 +126,15 @@ def test_worker_settings_checked_against_the_number_of_workers():
         with pytest.raises(ConfigError) as e:
             Config(**bad).check_workers(2)
         assert e.value.field == field
+
+
+def test_a_round_beyond_the_training_set_under_a_per_worker_budget_is_one_line():
+    """LB-BSP's round is its global batch: under a per-worker budget a round
+    of more samples than the training set is refused naming global_batch
+    (this line raised NameError once: no test reached it)."""
+    from mpips.paradigms import make_paradigm
+
+    config = Config(paradigm="lbbsp", budget="per-worker", global_batch=2000, workers=4)
+    with pytest.raises(ConfigError, match=r"^invalid global_batch=2000: a round of 2000 samples exceeds "
+                                          r"the 1438 training samples"):
+        config.check_epoch_size(make_paradigm(config, 4), 1438)

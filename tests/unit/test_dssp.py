@@ -9,8 +9,8 @@ import pytest
 
 from mpips.config import Config
 from mpips.paradigms import make_paradigm
-from mpips.paradigms.view import ClusterView
 from mpips.paradigms.dssp import closest_meeting
+from mpips.paradigms.view import ClusterView
 
 NAN = math.nan
 

@@ -5,13 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from mpips.io.checkpoint import decode, encode
-from mpips.paradigms.compress import GDTopK, Identity, TopK, ratio_schedule
 from mpips.config import Config, ConfigError
-from mpips.runtime.group_server import GroupDelta
+from mpips.io.checkpoint import decode, encode
+from mpips.paradigms import ClusterView, make_paradigm
+from mpips.paradigms.compress import GDTopK, Identity, TopK, ratio_schedule
 from mpips.paradigms.grouping import GroupSpeed
 from mpips.runtime.layout import make_layout
-from mpips.paradigms import ClusterView, make_paradigm
+from mpips.runtime.roles.group_server import GroupDelta
 
 
 def group_view(clocks, members, applied=None, rank=0):
@@ -99,7 +99,7 @@ def test_group_deltas_reach_the_global_parameters_once(make):
             pulled = glob.copy() if holds_all else None
             glob += payload.to_dense() if hasattr(payload, "to_dense") else payload
             delta.rebase(pulled)
-    for params, delta, _ in groups:
+    for _, delta, _ in groups:
         payload = delta.take(flush=True)
         glob += payload.to_dense() if hasattr(payload, "to_dense") else payload
         delta.rebase(None)

@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pytest
 
-from mpips.paradigms.balance import allocate
 from mpips.config import Config, ConfigError
-from mpips.paradigms import make_paradigm
 from mpips.paradigms import lbbsp as lbbsp_module
-from mpips.paradigms.view import ClusterView
+from mpips.paradigms import make_paradigm
+from mpips.paradigms.balance import allocate
 from mpips.paradigms.lbbsp import published, round_push_times
+from mpips.paradigms.view import ClusterView
 
 
 @pytest.fixture(autouse=True)

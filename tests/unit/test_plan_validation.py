@@ -51,19 +51,19 @@ def test_a_seed_short_of_the_target_is_counted_not_averaged():
 OUTPUT = """mpips: rank 2: worker 1 at iteration 40
 Traceback (most recent call last):
   File "x.py", line 3, in <module>
-mpips.runtime.job.TrainingFailed: the loss diverged (nan) at iteration 41
+mpips.runtime.job.train.TrainingFailed: the loss diverged (nan) at iteration 41
 mpiexec noticed that process rank 2 exited on signal
 """
 
 
 def test_a_failed_candidate_shows_why():
-    assert pv.failure(OUTPUT, 2) == "exit 2: mpips.runtime.job.TrainingFailed: the loss diverged (nan) at iteration 41"
+    assert pv.failure(OUTPUT, 2) == "exit 2: mpips.runtime.job.train.TrainingFailed: the loss diverged (nan) at iteration 41"
     simulated = runs([3.0, 3.1]) + [{"seed": 2, "time_to_target": None, "final_accuracy": 0.0,
                                      "failed": "diverged: loss nan"}]
     measured = runs([3.1, 3.2]) + [{"seed": 2, "failed": pv.failure(OUTPUT, 2)}]
     v = pv.compare(simulated, measured)
     assert v["verdict"] == ("failed: simulated seed 2: diverged: loss nan; MPI seed 2: exit 2: "
-                            "mpips.runtime.job.TrainingFailed: the loss diverged (nan) at iteration 41")
+                            "mpips.runtime.job.train.TrainingFailed: the loss diverged (nan) at iteration 41")
     assert v["accuracy"] == pytest.approx(0.97)   # of the runs that ran, not a 0 for the failed one
     plan = {"runs": [{**r, "candidate": "ssp"} for r in simulated] + [{**r, "candidate": "asp"} for r in runs([2] * 3)],
             "recommended": {"candidate": "asp"}, "cluster": {}}

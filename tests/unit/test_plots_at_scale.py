@@ -8,13 +8,12 @@ from __future__ import annotations
 import matplotlib.image
 import matplotlib.pyplot as plt
 import pytest
+from test_analysis_tables import write_log
 
 from mpips.analysis import plot, summarize
 from mpips.cli import main
 from mpips.config import Config
 from mpips.io.log import RunLog
-
-from test_analysis_tables import write_log
 
 SMALL = ["--workers", "4", "--slowdown", "1,1,1,2", "--epochs", "2", "--eval-every", "0.5"]
 

@@ -126,7 +126,7 @@ def test_no_paradigm_is_named_by_the_runtime_the_layout_or_the_job_scripts():
     names = re.compile(r"\b(" + "|".join(BUILT_IN) + r"|sync-switch|lb-bsp)\b", re.IGNORECASE)
     found = [f"{path.relative_to(root)}:{n}: {word}" for path in sorted((root / "mpips/runtime").glob("*.py"))
              for n, word in _code_words(path.read_text()) if names.search(word)]
-    for path in ("mpips/runtime/job.py", "mpips/runtime/layout.py", "mpips/runtime/simulate.py", "jobs/common.sh"):
+    for path in ("mpips/runtime/job/train.py", "mpips/runtime/layout.py", "mpips/runtime/job/simulate.py", "jobs/common.sh"):
         found += [f"{path}:{n}: {line.strip()}" for n, line in
                   enumerate((root / path).read_text().splitlines(), 1) if names.search(line)]
     assert len(list((root / "mpips/runtime").glob("*.py"))) > 10   # the package is where this test looks

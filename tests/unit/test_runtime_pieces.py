@@ -4,13 +4,13 @@ import os
 
 import h5py
 import numpy as np
-import torch
 import pytest
+import torch
 
 from mpips.config import Config, ConfigError
-from mpips.training.emulation import Slowdown, parse_stragglers
 from mpips.io.log import RankLog, RunLog, time_to_target, write_run_end, write_run_header
-from mpips.runtime.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
+from mpips.runtime.transport.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
+from mpips.training.emulation import Slowdown, parse_stragglers
 
 
 def log_row(log, table: str, *values) -> None:
@@ -292,5 +292,5 @@ def test_a_view_field_declares_the_cells_it_reads():
     table = TableLayout(workers=2, servers=2)
     view = Declared(table, np.zeros(table.size), 0.0)
     untouched = view.cells([1])
-    view.steps, view.mine
+    _ = view.steps, view.mine   # reading them declares their cells
     assert view.cells([1]) == untouched + [table.server_offset(0, S.STEPS), table.server_offset(1, S.STEPS)]

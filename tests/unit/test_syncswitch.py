@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from mpips.config import Config
-from mpips.paradigms import MODE_ASP, MODE_BSP, ClusterView, make_paradigm
-from mpips.paradigms.view import SLOT_MODE, SLOT_MODE_CLOCK
-from mpips.paradigms.syncswitch import (DECIDING, StragglerDetector, momentum_after_switch,
-                                        round_ready)
 from mpips.experiments.syncswitch_search import ProbeRunner, bisect
+from mpips.paradigms import MODE_ASP, MODE_BSP, ClusterView, make_paradigm
+from mpips.paradigms.syncswitch import DECIDING, StragglerDetector, momentum_after_switch, round_ready
+from mpips.paradigms.view import SLOT_MODE, SLOT_MODE_CLOCK
 
 
 def view(clocks, applied=None, done=None, mode=MODE_BSP, mode_clock=0, iter_times=None, now=1.0):

@@ -6,8 +6,8 @@ import pytest
 
 from mpips.config import Config
 from mpips.paradigms import ClusterView, make_paradigm
-from mpips.paradigms.vsgd import VSGD
 from mpips.paradigms.value_staleness import norm_of_shards
+from mpips.paradigms.vsgd import VSGD
 
 W = 4
 

@@ -49,7 +49,7 @@ def stops_in_a_collective_on_rank_2(input_shape, num_classes):
 
     from mpi4py import MPI
 
-    from mpips.runtime.mpi_transport import MPITransport
+    from mpips.runtime.transport.mpi import MPITransport
 
     if MPI.COMM_WORLD.Get_rank() == 2:
         split = MPITransport.on_this_node

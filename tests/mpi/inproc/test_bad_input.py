@@ -10,7 +10,6 @@ import struct
 import tempfile
 
 import pytest
-
 from mpi4py import MPI
 
 from mpips import cli
@@ -146,7 +145,7 @@ def test_data_of_another_shape_on_one_rank_is_refused_on_every_rank(shared):
     import numpy as np
 
     import mpips
-    from mpips.runtime.job import SetupError
+    from mpips.runtime.job.train import SetupError
 
     if comm.Get_size() != 4:
         pytest.skip("written for 4 ranks")

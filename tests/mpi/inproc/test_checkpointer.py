@@ -11,17 +11,16 @@ from types import SimpleNamespace
 import h5py
 import numpy as np
 import pytest
-
 from mpi4py import MPI
 
-from mpips.io.checkpoint import checkpoint_files, decode, find_resume
-from mpips.runtime.checkpointer import Checkpointer, Preempted
 from mpips.config import Config
+from mpips.io.checkpoint import checkpoint_files, decode, find_resume
 from mpips.runtime.layout import Layout
-from mpips.runtime.wait import wait_until
+from mpips.runtime.recovery.checkpointer import Checkpointer, Preempted
 from mpips.runtime.state import G, S, W
-from mpips.runtime.mpi_transport import MPITransport
-from mpips.runtime.mpi_transport import ControlWindow as ControlTable
+from mpips.runtime.transport.mpi import ControlWindow as ControlTable
+from mpips.runtime.transport.mpi import MPITransport
+from mpips.runtime.transport.wait import wait_until
 
 IDENT = {"model": "none", "workers": 2}
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpips.runtime.mpi_transport import ControlWindow as ControlTable
 from mpips.runtime.state import S, publish_client_row
+from mpips.runtime.transport.mpi import ControlWindow as ControlTable
 
 WORKERS = 3
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from mpips.runtime.state import S
-from mpips.runtime.mpi_transport import ControlWindow as ControlTable, ParameterWindows as ParameterStore
+from mpips.runtime.transport.mpi import ControlWindow as ControlTable
+from mpips.runtime.transport.mpi import ParameterWindows as ParameterStore
 
 N = 100_003          # not a multiple of anything: uneven shards
 K = 40               # pushes per worker
@@ -54,7 +55,7 @@ def test_pushes_sum_in_row_order_whatever_the_arrival_order(servers):
     rounds = 4
     for r in range(rounds):
         order = np.random.default_rng(r).permutation(workers)   # the arrival order of round r
-        for turn, row in enumerate(order):
+        for row in order:
             if rank == servers + row:
                 store.push(push_vector(row, r + 1), row=row, number=r + 1)
             comm.Barrier()   # one push at a time, in this round's order
@@ -275,10 +276,9 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     from mpi4py import MPI
 
     from mpips.config import load
-    from mpips.runtime.wait import WallClock
     from mpips.runtime.context import Context, Level, Plan, Services
     from mpips.runtime.layout import Layout
-    from mpips.runtime.wait import StallError
+    from mpips.runtime.transport.wait import StallError, WallClock
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()

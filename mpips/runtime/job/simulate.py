@@ -2,8 +2,8 @@
 
 The roles are the MPI job's own (assemble.py: roles.start_role, levels.py's two levels of servers, the
 paradigms, the budget, the device-time emulation), each a task of a
-deterministic scheduler (mpips/runtime/scheduler.py) over the in-process transport
-(mpips/runtime/local_transport.py) instead of MPI windows. Gradients are really computed;
+deterministic scheduler (mpips/runtime/transport/scheduler.py) over the in-process transport
+(mpips/runtime/transport/local.py) instead of MPI windows. Gradients are really computed;
 an iteration's compute takes the device-time model's virtual time
 (`--device-time`, 20ms unless given; slowdowns and stragglers as under MPI),
 pulls and pushes the network model's (`--sim-latency`, `--sim-bandwidth`,
@@ -20,15 +20,15 @@ import dataclasses
 
 import torch
 
-from ..config import Config, ConfigError
-from ..io.log import RankLog, rank_file
-from ..io.rundir import claim, default_run_dir, new_run_id, own_run_dir
-from ..training.flatmodel import FlatModel
-from ..training.models import workload
+from ...config import Config, ConfigError
+from ...io.log import RankLog, rank_file
+from ...io.rundir import claim, default_run_dir, new_run_id, own_run_dir
+from ...training.flatmodel import FlatModel
+from ...training.models import workload
+from ..layout import make_layout, ranks_for
+from ..recovery.checkpointer import NoCheckpoints
+from ..transport.local import LocalTransport, Network
 from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, run, versions
-from .checkpointer import NoCheckpoints
-from .layout import make_layout, ranks_for
-from .local_transport import LocalTransport, Network
 
 DEFAULT_DEVICE_TIME = "20ms"
 
@@ -63,7 +63,7 @@ def simulate(config: Config, *, model=None, dataset=None, loss=None) -> str:
                           config.sim_apply, config.sim_apply_per_push)
         transport = LocalTransport(layout, network)
         run_id = new_run_id()
-        announce(plan, 0, versions("none (simulated: mpips/runtime/local_transport.py)"),
+        announce(plan, 0, versions("none (simulated: mpips/runtime/transport/local.py)"),
                  workload(config, data, model, built), run_id=run_id, transport="simulated",
                  sim_latency=network.latency, sim_bandwidth=network.bandwidth, sim_jitter=network.jitter,
                  sim_apply=network.apply)

@@ -5,7 +5,7 @@ SIGUSR1 asks for a checkpoint and an exit to be requeued: Slurm sends it
 job is still starting: importing torch and setting up take seconds. A
 signal then must neither kill the rank (the default action of SIGUSR1) nor
 be lost: `remember()` is the first thing `python -m mpips` does, and the
-trainer's checkpointer (mpips/runtime/checkpointer.py) acts on `received()`
+trainer's checkpointer (mpips/runtime/recovery/checkpointer.py) acts on `received()`
 at its first chance. SIGTERM and SIGINT (scancel, a time limit, Ctrl-C)
 stop the job the same way, after a checkpoint, but are not requeued: the
 job exits 128 + the signal's number (`exit_status`). However many come, the

@@ -11,22 +11,22 @@ import sys
 import numpy as np
 import torch
 
-from .. import __version__
-from ..config import Config, ConfigError
-from ..io.log import DiskFull, set_status, write_run_header
-from ..paradigms import make_paradigm
-from ..paradigms.async_rules import READING
-from ..paradigms.base import counted
-from ..training.data import load_dataset
-from ..training.models import build_model, check_model, model_label
-from .context import Context, Level, Plan, Services
-from .evaluator import Evaluator
-from .layout import Layout
+from ... import __version__
+from ...config import Config, ConfigError
+from ...io.log import DiskFull, set_status, write_run_header
+from ...paradigms import make_paradigm
+from ...paradigms.async_rules import READING
+from ...paradigms.base import counted
+from ...training.data import load_dataset
+from ...training.models import build_model, check_model, model_label
+from ..context import Context, Level, Plan, Services
+from ..layout import Layout
+from ..roles.evaluator import Evaluator
+from ..roles.start import start_role
+from ..roles.worker import Worker
+from ..transport.protocols import LevelSpec, Transport
+from ..transport.wait import SetupTimeout
 from .levels import two_levels
-from .roles import start_role
-from .transport import LevelSpec, Transport
-from .wait import SetupTimeout
-from .worker import Worker
 
 
 class TrainingFailed(Exception):
@@ -57,7 +57,7 @@ def prepare(config: Config, layout, *, model=None, dataset=None):
 def make_plan(config: Config, layout: Layout, paradigm, samples: int, ipe: float, num_params: int,
               loss_fn=None) -> Plan:
     """The run's plan, sized: a global budget is E passes over the training
-    set by everyone (mpips/runtime/budget.py); `iterations` then counts
+    set by everyone (mpips/runtime/roles/budget.py); `iterations` then counts
     rounds of every worker's batch, the unit in which paradigms count rounds
     and servers epochs."""
     total_samples = 0

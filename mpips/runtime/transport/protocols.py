@@ -9,7 +9,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .state import TableView
+from ..state import TableView
 from .wait import Clock
 
 
@@ -104,7 +104,9 @@ class Transport(Protocol):
     simulator every rank's under its scheduler."""
 
     ranks: list[int]           # the world ranks this process runs
-    clock: Clock
+
+    @property
+    def clock(self) -> Clock: ...   # (read-only: each transport's own kind of clock)
 
     def level(self, specs: list[LevelSpec], *, n: int, sparse: bool,
               reads: bool = False) -> dict[int, tuple[ParameterStore, ControlTable]]:

@@ -23,7 +23,7 @@ Nothing depends on the wall clock or on thread timing, so a run is
 bit-reproducible, and a wait that can never end is found at once: no task
 can run, none sleeps, and the stall names what each waiting task waits for.
 
-Why greenlets: the roles are ordinary blocking code (mpips/runtime/worker.py polls
+Why greenlets: the roles are ordinary blocking code (mpips/runtime/roles/worker.py polls
 its gate in a loop, deep in calls), so a scheduler must suspend a task in
 the middle of a call stack. Generators (or SimPy, built on them) would make
 every function on that path a generator and the roles different from the MPI
@@ -74,9 +74,17 @@ class Task:
 
         self.greenlet = greenlet.greenlet(run, parent=scheduler._main)
 
+    def waiting(self, *, stalled: float | None = None) -> str:
+        """What this task waits for, for messages (`stalled`: for how many
+        seconds of virtual time, past its timeout)."""
+        what, describe = self.waiting_for or ("?", lambda: "?")
+        if stalled is None:
+            return f"{what}: waiting for {describe()}"
+        return f"{what}: stalled {stalled:.0f}s of virtual time (stall_timeout); waiting for {describe()}"
+
 
 class Scheduler:
-    """Run tasks in virtual time; the roles' `Clock` of it (mpips/runtime/wait.py)."""
+    """Run tasks in virtual time; the roles' `Clock` of it (mpips/runtime/transport/wait.py)."""
 
     def __init__(self):
         self.now = 0.0
@@ -166,15 +174,14 @@ class Scheduler:
                 try:
                     task.greenlet.switch()
                 except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
-                    task = self.current
-                    raise TaskFailed(f"{task.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
+                    failed = self.current or task   # (the task running when it raised)
+                    raise TaskFailed(f"{failed.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
                 self.current = None
         finally:
             set_grad_enabled(grad_mode)
         if self._parked:
             raise StallError("deadlock in virtual time: " + "; ".join(
-                f"{t.waiting_for[0]}: waiting for {t.waiting_for[1]()}" for t in sorted(
-                    self._parked, key=self._parked.get)))
+                t.waiting() for t in sorted(self._parked, key=self._parked.__getitem__)))
 
     def _next(self) -> Task | None:
         """The next task to resume, its wait's check passed, advancing
@@ -186,7 +193,7 @@ class Scheduler:
                 if task.check is None or self._check(task):
                     return task
             if woken:
-                for task in sorted(woken, key=woken.get) if len(woken) > 1 else woken:
+                for task in sorted(woken, key=woken.__getitem__) if len(woken) > 1 else woken:
                     task.parked = 0
                     del parked[task]
                     runnable.append(task)
@@ -211,6 +218,7 @@ class Scheduler:
         (itself, when its own sleep is the next event: no switch), or, when
         none can run or a check failed, hand over to `run`."""
         me = self.current
+        assert me is not None   # (called from inside a task)
         me.grad_enabled = is_grad_enabled()
         try:
             task = self._next()
@@ -233,8 +241,10 @@ class Scheduler:
     def sleep(self, seconds: float) -> None:
         if seconds <= 0:
             return
+        me = self.current
+        assert me is not None   # (called from inside a task)
         self._seq += 1
-        heappush(self._timers, (self.now + seconds, self._seq, self.current))
+        heappush(self._timers, (self.now + seconds, self._seq, me))
         self._yield()
 
     def wait_until(self, ready, *, what: str, describe, warn: float, timeout: float, due=None) -> float:
@@ -244,6 +254,7 @@ class Scheduler:
         and the task is resumed only when it passes (a check is a poll: it
         neither sleeps nor waits)."""
         task = self.current
+        assert task is not None   # (called from inside a task)
         task.reads.clear()
         task.depends.clear()
         if ready():
@@ -263,14 +274,14 @@ class Scheduler:
         self.current = task   # (what the check reads, it reads for this task)
         task.reads.clear()
         task.depends.clear()
+        check = task.check
+        assert check is not None   # (a parked task's)
         try:
-            if task.check():
+            if check():
                 task.check = task.waiting_for = None
                 return True
             if self.now - task.since > task.timeout:
-                what, describe = task.waiting_for
-                raise StallError(f"{what}: stalled {self.now - task.since:.0f}s of virtual time "
-                                 f"(stall_timeout); waiting for {describe()}")
+                raise StallError(task.waiting(stalled=self.now - task.since))
         except BaseException as e:   # noqa: BLE001 - one task failing ends the simulation
             raise TaskFailed(f"{task.name} at t={self.now:.6f}s: {type(e).__name__}: {e}") from e
         self._park(task)

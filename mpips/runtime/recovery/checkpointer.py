@@ -53,10 +53,10 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ..io.checkpoint import Resume, clear_checkpoints, decode, encode, write_checkpoint
-from ..io.log import DiskFull, write_run_end
+from ...io.checkpoint import Resume, clear_checkpoints, decode, encode, write_checkpoint
+from ...io.log import DiskFull, write_run_end
+from ..state import G, S, W
 from . import preemption
-from .state import G, S, W
 
 PREEMPTED_EXIT = preemption.PREEMPTED_EXIT
 
@@ -74,7 +74,7 @@ class Preempted(Exception):
 class DiskFullAtCheckpoint(Exception):
     """Raised on every rank when the checkpoint's file found the disk full;
     `str()` is DiskFull's line. (A rank's own log that does ends the job
-    from that rank: mpips/runtime/job.py.)"""
+    from that rank: mpips/runtime/job/train.py.)"""
 
 
 class Checkpoints(Protocol):
@@ -286,7 +286,7 @@ class Checkpointer:
         # every rank is here: quick. With each state, what the meta says of the cut.
         mark = (role_state.get("clock"), role_state.get("steps"))
         gathered = self.comm.gather((encode(state), mark), root=0)
-        result = None
+        result: tuple[str | None, str | None, bool, int] | None = None
         if self.rank == 0:
             meta = self._meta(ctx, n, [m for _, m in gathered])
             gathered = [g for g, _ in gathered]

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..paradigms.async_rules import AsyncRule, Ruled
-from ..paradigms.value_staleness import UpdateNormEMA
-from .context import Context
-from .state import S
+from ...paradigms.async_rules import AsyncRule, Ruled
+from ...paradigms.value_staleness import UpdateNormEMA
+from ..context import Context
+from ..state import S
 
 NORM_EMA_BETA = 0.9
 DUE_SHARE = 0.9   # of a worker's last push interval after which its next push may land

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from ..training.data import GlobalStream, WorkerShard
+from ...training.data import GlobalStream, WorkerShard
 
 
 @dataclass

@@ -5,17 +5,17 @@ from typing import Callable
 
 import numpy as np
 
-from ..io.log import write_run_end
-from ..training.data import GlobalStream, WorkerShard
-from ..training.flatmodel import FlatModel
-from ..training.optim import Sum, outer_rule, server_rule
+from ...io.log import write_run_end
+from ...training.data import GlobalStream, WorkerShard
+from ...training.flatmodel import FlatModel
+from ...training.optim import Sum, outer_rule, server_rule
+from ..context import Context
+from ..layout import SERVER, WORKER
+from ..state import G
 from .budget import ShardBudget, SharedBudget
-from .context import Context
 from .evaluator import Evaluator
-from .layout import SERVER, WORKER
 from .local_worker import LocalWorker
 from .server import Server
-from .state import G
 from .worker import FaultyWorker, Worker
 
 
@@ -75,7 +75,8 @@ def worker_budget(ctx: Context, data):
         return SharedBudget(GlobalStream(data.x_train, data.y_train, cfg.seed), ctx.plan.total_samples,
                             lambda n: table.add(G.CLAIMED, n), time_limit=cfg.time_limit, now=ctx.now)
     shard = WorkerShard(data.x_train, data.y_train, ctx.index, ctx.layout.workers, cfg.seed)
-    return ShardBudget(shard, ctx.plan.iterations, ctx.plan.iterations_per_epoch)
+    # (a per-worker budget's iterations per epoch are whole: the paradigm's count)
+    return ShardBudget(shard, ctx.plan.iterations, int(ctx.plan.iterations_per_epoch))
 
 
 def _finish(ctx: Context, evaluator: Evaluator | None) -> None:

@@ -6,23 +6,24 @@ import contextlib
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..config import Config, ConfigError
-from ..io.checkpoint import CheckpointError, run_attrs
-from ..io.checkpoint import identity as checkpoint_identity
-from ..io.log import DiskFull, RankLog, rank_file, set_status
-from ..io.rundir import RunDirLock, default_run_dir, new_run_id, own_run_dir, resume_or_claim
-from ..training.data import DataError
-from ..training.flatmodel import FlatModel, rank_device, warm_up
-from ..training.models import workload
+from ...config import Config, ConfigError
+from ...io.checkpoint import CheckpointError, run_attrs
+from ...io.checkpoint import identity as checkpoint_identity
+from ...io.log import DiskFull, RankLog, rank_file, set_status
+from ...io.rundir import RunDirLock, default_run_dir, new_run_id, own_run_dir, resume_or_claim
+from ...training.data import DataError
+from ...training.flatmodel import FlatModel, rank_device, warm_up
+from ...training.models import workload
+from ..layout import EVALUATOR, WORKER, make_layout
+from ..recovery.checkpointer import Checkpointer, DiskFullAtCheckpoint, Preempted
+from ..transport.mpi import MPITransport
+from ..transport.wait import precise_sleeps
 from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, run, versions
-from .checkpointer import Checkpointer, DiskFullAtCheckpoint, Preempted
-from .layout import EVALUATOR, WORKER, make_layout
-from .mpi_transport import MPITransport
-from .wait import precise_sleeps
 
 
 class SetupError(Exception):
@@ -54,7 +55,7 @@ def _same_job_everywhere(comm: MPITransport, config: Config, data, model) -> Non
     data that depend on the rank) sizes its one-sided offsets from its own
     count, so its pushes land in other workers' slots, and the run trains
     garbage and reports success. SetupError on every rank, naming the ranks."""
-    mine = {"settings": config.to_dict(),
+    mine: dict[str, Any] = {"settings": config.to_dict(),
             "model": [tuple(p.shape) for p in model.parameters()],
             "data": [tuple(data.x_train.shape), tuple(data.x_test.shape), data.num_classes]}
     everyone = comm.allgather(mine, what="set-up (comparing the ranks' jobs)")
@@ -118,7 +119,7 @@ def _train(config: Config, transport: MPITransport, model, dataset, loss, held: 
     if role == WORKER:
         warm_up(flat, data, config.batch_size, loss)
     plan = make_plan(config, layout, paradigm, len(data.y_train), ipe, flat.n, loss)
-    # A run directory holding a checkpoint of this run: go on from it (mpips/runtime/checkpointer.py).
+    # A run directory holding a checkpoint of this run: go on from it (mpips/runtime/recovery/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n, plan.iterations)
     found = _agree(transport, "looking for a checkpoint",
                    lambda: resume_or_claim(run_dir, config, ident, size) if rank == 0 else None)

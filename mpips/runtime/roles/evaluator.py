@@ -21,8 +21,8 @@ import sys
 import numpy as np
 import torch
 
-from .context import Context
-from .state import S, W
+from ..context import Context
+from ..state import S, W
 
 PROGRESS_EVERY = 1.0   # s: the evaluator's wait returns this often while the servers progress
 

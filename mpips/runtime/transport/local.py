@@ -1,7 +1,7 @@
 """The in-process transport of `mpips simulate`: the shared state in numpy
 arrays, moved under a virtual clock.
 
-The same verbs as the MPI windows (mpips/runtime/mpi_transport.py): a `LocalParameterStore`
+The same verbs as the MPI windows (mpips/runtime/transport/mpi.py): a `LocalParameterStore`
 pulls, pushes into a client's gradient slot, takes the pushed gradients and
 publishes; a `LocalControlTable` reads, writes and fetch-and-adds. Every role
 gets its own handle on one set of arrays (as every rank its own window
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..paradigms.gates import furthest_behind
-from .layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
+from ...paradigms.gates import furthest_behind
+from ..layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
+from ..state import Head, SlotRows, TableLayout, TableView, shard_bounds, sum_slots
 from .scheduler import Scheduler
-from .state import Head, SlotRows, TableLayout, TableView, shard_bounds, sum_slots
 
 ROLE_STREAMS = (SERVER, GROUP_SERVER, WORKER, EVALUATOR)   # a role's part of its delays' seed
 
@@ -179,6 +179,7 @@ class LocalParameterStore(SlotRows):
         if not self.count:
             return 0
         s = self.shard_index
+        assert s is not None   # (a shard's count is 0 on a client)
         reads = self._shared.reads
         taken = sum_slots(out, self._shared.slots[s], self._shared.heads[s], self._slot_of,
                           clocks, consumed, sparse=self.sparse, each=each,

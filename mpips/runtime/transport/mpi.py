@@ -13,12 +13,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Any, cast
 
 import numpy as np
 from mpi4py import MPI
 
-from .state import HEAD, Head, SlotRows, TableLayout, shard_bounds, sum_slots
-from .transport import LevelSpec
+from ..state import HEAD, Head, SlotRows, TableLayout, shard_bounds, sum_slots
+from .protocols import LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
 
 _UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)
@@ -33,7 +34,8 @@ def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarr
         info.Set(k, v)
     win = MPI.Win.Allocate(count * itemsize, itemsize, info, comm)
     info.Free()
-    mem = np.frombuffer(win.tomemory(), dtype=dtype, count=count) if count else np.zeros(0, dtype)
+    # (mpi4py's buffer has the buffer protocol; numpy's stubs do not know its type)
+    mem = np.frombuffer(cast(Any, win.tomemory()), dtype=dtype, count=count) if count else np.zeros(0, dtype)
     mem[:] = 0
     return win, mem
 
@@ -214,7 +216,7 @@ class ParameterWindows(SlotRows):
             a, b = np.searchsorted(indices, (lo, hi))
             if b > a:
                 local = (indices[a:b] - lo + k * (hi - lo)).astype(np.int32)
-                dtype = MPI.FLOAT.Create_indexed_block(1, local).Commit()
+                dtype = MPI.FLOAT.Create_indexed_block(1, local.tolist()).Commit()
                 self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
                                    rank, (0, 1, dtype))
                 self._grad_win.Flush(rank)
@@ -435,8 +437,9 @@ class MPITransport:
         if len(specs) == 1 and len(specs[0].members) == self.size:
             comm = self.comm      # the global level: every rank
         else:   # one communicator per level, its servers first
-            comm = self.comm.Split(mine[0] if mine else MPI.UNDEFINED,
-                                   specs[mine[0]].members.index(rank) if mine else rank)
+            # (an intracommunicator's split is one; mpi4py's stubs say Comm)
+            comm = cast(MPI.Intracomm, self.comm.Split(mine[0] if mine else MPI.UNDEFINED,
+                                                       specs[mine[0]].members.index(rank) if mine else rank))
             if not mine:
                 return {}
             self._made.append(comm)

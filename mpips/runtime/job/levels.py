@@ -22,18 +22,18 @@ import dataclasses
 
 import numpy as np
 
-from ..paradigms.compress import speed_ranks
-from ..paradigms.grouping import GroupSpeed, make_groups
-from ..training.data import WorkerShard
-from ..training.flatmodel import FlatModel
-from .budget import ShardBudget
-from .context import Context, Level
-from .group_server import GroupServer
-from .layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
-from .roles import start_role
-from .state import W
-from .transport import LevelSpec, Transport
-from .worker import Worker
+from ...paradigms.compress import speed_ranks
+from ...paradigms.grouping import GroupSpeed, make_groups
+from ...training.data import WorkerShard
+from ...training.flatmodel import FlatModel
+from ..context import Context, Level
+from ..layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
+from ..roles.budget import ShardBudget
+from ..roles.group_server import GroupServer
+from ..roles.start import start_role
+from ..roles.worker import Worker
+from ..state import W
+from ..transport.protocols import LevelSpec, Transport
 
 
 def two_levels(transport: Transport, contexts: dict, flats: dict, data) -> dict:

@@ -7,13 +7,13 @@ import sys
 import numpy as np
 import torch
 
-from ..config import parse_points
-from ..paradigms.base import counted
-from ..paradigms.compress import make_compressor
-from ..training.emulation import Slowdown
-from ..training.flatmodel import FlatModel
-from .context import Context
-from .state import S, W, publish_client_row
+from ...config import parse_points
+from ...paradigms.base import counted
+from ...paradigms.compress import make_compressor
+from ...training.emulation import Slowdown
+from ...training.flatmodel import FlatModel
+from ..context import Context
+from ..state import S, W, publish_client_row
 
 
 class Worker:
@@ -21,16 +21,18 @@ class Worker:
         self.ctx = ctx
         self.i = ctx.index
         self.flat = flat
-        self.data = data                    # where batches come from (mpips/runtime/budget.py)
+        self.data = data                    # where batches come from (mpips/runtime/roles/budget.py)
         cfg = ctx.config
         self.slowdown = Slowdown(cfg, self.i, ctx.layout.workers)
         self.loss_fn = ctx.plan.loss_fn or torch.nn.CrossEntropyLoss()
         self.dense_bytes = flat.n * 4
         self.compressor = make_compressor(cfg, stream=self.i)
-        self._read = self._now = None  # parameters as pulled / as now (exact distance)
+        # parameters as pulled / as now (exact distance)
+        self._read: np.ndarray | None = None
+        self._now: np.ndarray | None = None
         # per server, the pushes applied to the parameters last pulled (sent
         # with the push: an async rule's tau), where pushes may be applied alone
-        self.versions = None
+        self.versions: np.ndarray | None = None
         self._version_cells = ([ctx.table.server_offset(s, S.PUSHES) for s in range(ctx.table.servers)]
                                if ctx.paradigm.asynchronous else None)
         # what this worker has published in its control row
@@ -78,7 +80,7 @@ class Worker:
         return waited, last["view"]
 
     def stop_for_checkpoint(self) -> None:
-        """At a gate, or done: take the checkpoint every rank stops for (mpips/runtime/checkpointer.py)."""
+        """At a gate, or done: take the checkpoint every rank stops for (mpips/runtime/recovery/checkpointer.py)."""
         ctx = self.ctx
         ctx.checkpointer.halt(ctx, self.state, ack=ctx.table.worker_offset(self.i, W.HALTED))
 
@@ -199,7 +201,7 @@ class Worker:
 
     def compute(self, it: int, batch, view):
         """What is pushed, computed from the pulled parameters: here the
-        gradient of `batch` (runtime/local_worker.py: local steps); (loss,
+        gradient of `batch` (runtime/roles/local_worker.py: local steps); (loss,
         seconds, of them slept, overrun, the batch the push stands for)."""
         return (*self.emulated_compute(it, batch), batch)
 
@@ -257,6 +259,7 @@ class Worker:
         """||w_now - w_read||: one extra pull, for paradigms that ask for it."""
         if self._now is None:
             self._now = np.empty_like(self.flat.host_params)
+        assert self._read is not None   # (kept at every pull when wants_exact_distance)
         self.ctx.store.pull(self._now)
         self._now -= self._read
         return float(np.linalg.norm(self._now))
@@ -308,7 +311,7 @@ class FaultyWorker(Worker):
 
     def compute(self, it: int, batch, view):
         """What is pushed, computed from the pulled parameters: here the
-        gradient of `batch` (runtime/local_worker.py: local steps); (loss,
+        gradient of `batch` (runtime/roles/local_worker.py: local steps); (loss,
         seconds, of them slept, overrun, the batch the push stands for)."""
         return (*self.emulated_compute(it, batch), batch)
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..paradigms.compress import Compressor, SparseGrad, dense_of, make_compressor, speed_ranks
-from ..paradigms.grouping import GroupSpeed
-from ..training.optim import server_rule
-from ..paradigms.view import SLOT_GROUP_SPEED_RANK
-from .context import Context
+from ...paradigms.compress import Compressor, SparseGrad, dense_of, make_compressor, speed_ranks
+from ...paradigms.grouping import GroupSpeed
+from ...paradigms.view import SLOT_GROUP_SPEED_RANK
+from ...training.optim import server_rule
+from ..context import Context
+from ..state import S, W, publish_client_row
 from .server import Server
-from .state import S, W, publish_client_row
+
 
 class GroupDelta:
     """The update a group server owes the global servers (pure numpy).
@@ -194,7 +195,7 @@ class GroupServer(Server):
         up.wait_for_slot(self.g, self.forwarded)
         snap = up.table.read()
         rank = self._update_speed_rank(up.table.worker_rows(snap)[:, EPOCH_TIME])
-        epochs = self.pushes // ctx.level.epoch_pushes
+        epochs = int(self.pushes // ctx.level.epoch_pushes)
         flush = final or epochs > self.flushed_epochs
         self.flushed_epochs = epochs
         compressor = self.delta.compressor

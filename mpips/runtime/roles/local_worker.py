@@ -10,8 +10,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from ..paradigms.base import counted
-from ..training.optim import inner_optimizer
+from ...paradigms.base import counted
+from ...training.optim import inner_optimizer
 from .worker import Worker
 
 

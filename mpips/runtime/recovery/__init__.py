@@ -1,0 +1,1 @@
+"""Checkpoints every rank stops for, and the preemption signals that ask for them."""
