@@ -40,7 +40,6 @@ from paradigms import WORKLOADS as COMPARE_WORKLOADS
 from paradigms import cluster_settings, scaled
 
 from mpips.experiments.compare import Comparison, parse_seeds
-from mpips.experiments.setups import file_name
 from mpips.io.log import RunLog
 
 HERE = os.path.dirname(os.path.abspath(__file__))

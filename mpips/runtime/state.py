@@ -59,10 +59,10 @@ def sum_slots(out: np.ndarray, slots: Any, heads: Any, slot_of: dict, clocks, co
             written.append((int(key), int(row), k))
     written.sort()
     summed = 0
-    for _, row, k in written:
+    for _, pusher, k in written:
         push = slots[k]
         if each is not None:
-            push = each(row, Head(*heads[k]), push, None if reads is None else reads[k])
+            push = each(pusher, Head(*heads[k]), push, None if reads is None else reads[k])
         if summed:
             np.add(out, push, out=out)
         else:

@@ -167,6 +167,7 @@ class LocalParameterStore(SlotRows):
 
     def _put_read(self, k: int, read: np.ndarray | None) -> None:
         if read is not None:
+            assert self._shared.reads is not None, "a read pushed into a store made without reads"
             for reads, (lo, hi) in zip(self._shared.reads, self.bounds):
                 move(reads, k, read[lo:hi])
 

@@ -244,11 +244,11 @@ class ParameterWindows(SlotRows):
             return 0
         self._head_win.Sync()
         self._grad_win.Sync()
-        heads = self._heads
+        heads: Any = self._heads
         if each is not None:   # the heads as state.Head, their scales from their bits
             self._read_win.Sync()
-            scales = heads[:, 3].copy().view(np.float64).tolist()
-            heads = [Head(n, key, v, sc) for (n, key, v, _), sc in zip(heads.tolist(), scales)]
+            scales = self._heads[:, 3].copy().view(np.float64).tolist()
+            heads = [Head(n, key, v, sc) for (n, key, v, _), sc in zip(self._heads.tolist(), scales)]
         summed = sum_slots(out, self._slots, heads, self._slot_of, clocks, consumed,
                            sparse=self.sparse, each=each, reads=self._reads)
         if self.sparse:
