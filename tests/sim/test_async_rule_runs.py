@@ -12,8 +12,8 @@ import torch
 
 from mpips.config import Config
 from mpips.paradigms.base import compensated_momentum, compensated_step
-from mpips.runtime.server import Server
-from mpips.runtime.worker import Worker
+from mpips.runtime.roles.server import Server
+from mpips.runtime.roles.worker import Worker
 from mpips.training.data import GlobalStream, load_dataset
 from mpips.training.flatmodel import FlatModel
 from mpips.training.models import build_model
