@@ -111,7 +111,8 @@ class GroupServer(Server):
         # they are: an async rule's version and read of its next push
         self.read_versions = np.zeros(up.table.servers, np.int64)
         self.read = np.empty_like(ctx.store.shard) if up.store.reads else None
-        self._version_cells = [up.table.server_offset(s, S.PUSHES) for s in range(up.table.servers)]
+        self._version_cells = [up.table.server_offset(s, S.PUSHES) for s in range(up.table.servers)] \
+            if ctx.config.async_rule != "none" else None
         self.neg = np.empty_like(ctx.store.shard)
         self.since = 0              # worker pushes applied since the last exchange
         self.forwarded = 0          # worker pushes whose progress went up
@@ -206,9 +207,11 @@ class GroupServer(Server):
         # The row first, then the pull: if every earlier delta is applied,
         # the parameters read after hold them all.
         synced = up.table.view(snap, ctx.now()).applied[self.g] >= self.forwarded
+        at_pull = None   # the global servers' counts of the parameters pulled (an async rule's)
         if synced:
             up.store.pull(self.pulled)
-            pulled_versions = up.table.read_cells(self._version_cells).astype(np.int64)
+            if self._version_cells is not None:
+                at_pull = up.table.read_cells(self._version_cells).astype(np.int64)
         payload = self.delta.take(flush=flush)
         # A final exchange with no new worker push carries only the compressor's
         # residual: it counts as one forwarded push, so the global servers apply it.
@@ -223,8 +226,8 @@ class GroupServer(Server):
             up.store.push(self.neg, **slot)
             sent = 4 * payload.size
         self.delta.rebase(self.pulled if synced else None, landed=self.read if synced else None)
-        if synced:   # the next delta builds on the pulled parameters with this one applied
-            self.read_versions = pulled_versions + counted
+        if at_pull is not None:   # the next delta builds on the pulled parameters with this one applied
+            self.read_versions = at_pull + counted
         if synced:
             ctx.store.publish()
         pushes, self.since = self.since, 0

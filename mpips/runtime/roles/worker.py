@@ -31,10 +31,11 @@ class Worker:
         self._read: np.ndarray | None = None
         self._now: np.ndarray | None = None
         # per server, the pushes applied to the parameters last pulled (sent
-        # with the push: an async rule's tau), where pushes may be applied alone
+        # with the push: an async rule's tau), where a rule treats pushes applied alone
         self.versions: np.ndarray | None = None
-        self._version_cells = ([ctx.table.server_offset(s, S.PUSHES) for s in range(ctx.table.servers)]
-                               if ctx.paradigm.asynchronous else None)
+        ruled = ctx.paradigm.asynchronous and cfg.async_rule != "none"
+        self._version_cells = [ctx.table.server_offset(s, S.PUSHES) for s in range(ctx.table.servers)] \
+            if ruled else None
         # what this worker has published in its control row
         self.clock = 0
         self.done = False
