@@ -41,8 +41,10 @@ def test_one_worker_every_rule_is_the_plain_rule_bit_for_bit(tmp_path, paradigm)
     plain = simulate(tmp_path / "none", *flags).final_params()
     for rule in RULES:
         log = simulate(tmp_path / rule, *flags, "--async-rule", rule)
-        pushes = log.pushes
+        pushes, it = log.pushes, log.iterations
         assert len(pushes) and (pushes["tau"] == 0).all() and (pushes["factor"] == 1).all(), rule
+        # DC's pushes carry the parameters they were read at: twice the bytes
+        assert (it["bytes_sent"] == (2 if rule.startswith("dc") else 1) * it["bytes_dense"]).all()
         if paradigm[1] == "gssp" and rule.startswith("dc"):
             assert (pushes["compensation"] <= 1e-6 * pushes["gradient"]).all()
             assert np.abs(log.final_params() - plain).max() < 1e-6
@@ -125,7 +127,8 @@ def replayed_async_run(log, rule) -> np.ndarray:
                 start, b, scale = batches[(int(r["worker"]), int(r["clock"]))]
                 flat.host_params[:] = history[applied - int(r["tau"])]
                 flat.zero_grad()
-                torch.nn.CrossEntropyLoss()(flat.model(stream.batch(start, b)[0]), stream.batch(start, b)[1]).backward()
+                x, y = stream.batch(start, b)
+                torch.nn.CrossEntropyLoss()(flat.model(x), y).backward()
                 grad = flat.host_grads.copy()
                 grad *= scale
                 grads.append(((start, int(r["worker"])), rule(grad, int(r["tau"]))))

@@ -155,7 +155,8 @@ class Worker:
 
     def _send(self, it: int, batch, view, at_push, scale: float) -> int | None:
         """The gradient scaled and pushed, compressed, into this worker's slot; the
-        payload's bytes, or None where it held a NaN or an Inf (rejected, never sent)."""
+        bytes sent (the payload, and DC's read parameters), or None where it
+        held a NaN or an Inf (rejected, never sent)."""
         ctx, grad = self.ctx, self.flat.host_grads
         if scale != 1.0:
             grad *= scale
@@ -182,11 +183,13 @@ class Worker:
             # epoch end and with the last push (a dense one holds nothing back).
             payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
             payload = payload + self.compressor.flush()
+        # DC's parameters read (an async rule's) travel with the push: its bytes too
+        read_bytes = 0 if slot["read"] is None else self.dense_bytes
         if isinstance(payload, np.ndarray):
             ctx.store.push(payload, **slot)
-            return self.dense_bytes
+            return self.dense_bytes + read_bytes
         ctx.store.push_sparse(payload.indices, payload.values, **slot)
-        return int(payload.nbytes)
+        return int(payload.nbytes) + read_bytes
 
     def _tick(self, batch, busy: float, compute: float) -> None:
         """Count the push and publish this worker's row."""
