@@ -23,9 +23,10 @@ An entry of --paradigms is `mpips compare`'s (PARADIGM[:SETTING=VALUE...]; a
 value W is the worker count); each is run with every async rule, momentum
 rule and learning rate (--lr-factors times the workload's). Runs go to
 --runs/<section>/ and are kept: a run finished earlier is not run again
-(Comparison's reuse). Each section (workload, W, cluster) replaces its
-table in results/<name>.{md,json}; the other sections stay, so narrower
-calls add up to one report. The discussion is benchmarks/async_scale_notes.md.
+(Comparison's reuse). A section (workload, W, cluster) of
+results/<name>.{md,json} keeps every run of earlier calls; a call adds its
+own (replacing the same entry and seed), so narrower calls, more seeds
+for a few entries, add up to one report. The discussion is benchmarks/async_scale_notes.md.
 """
 from __future__ import annotations
 
@@ -85,8 +86,10 @@ def measured(run_dir: str, target: float) -> dict:
             "mean_staleness": s["mean_staleness"]}
 
 
-def section(workload: str, workers: int, cluster: str, seeds: list[int], args) -> dict:
-    """Run (or reuse) one section's grid; its rows, per entry over seeds."""
+def section(workload: str, workers: int, cluster: str, seeds: list[int], args, before: dict | None) -> dict:
+    """Run (or reuse) one section's grid; every run's measurements by entry
+    and seed, added to those `before` (an earlier call's: a run of this call
+    replaces the same entry and seed)."""
     make, _ = WORKLOADS[workload]
     work = make(workers)
     target = work.pop("target")
@@ -98,15 +101,13 @@ def section(workload: str, workers: int, cluster: str, seeds: list[int], args) -
     comparison = Comparison(grid, seeds, settings, os.path.join(args.runs, name), simulate=True, reuse=True,
                             parallel=args.parallel, timeout=args.timeout)
     done, failed = comparison.train()
-    by_entry: dict[str, list] = {}
+    runs = {entry: dict(by_seed) for entry, by_seed in (before or {}).get("runs", {}).items()}
     for run_dir, entry in comparison.labels.items():
-        seed = int(run_dir.rsplit("-s", 1)[1])
-        row = measured(run_dir, target) if run_dir in done else {"failed": True}
-        by_entry.setdefault(entry, []).append({"seed": seed, **row})
-    bsp = by_entry["bsp"]
-    rows = [summarize(entry, runs, bsp) for entry, runs in by_entry.items()]
-    return {"section": name, "workload": workload, "workers": workers, "cluster": cluster, "seeds": seeds,
-            "settings": settings, "target": target, "rows": rows, "failed": failed}
+        seed = run_dir.rsplit("-s", 1)[1]
+        runs.setdefault(entry, {})[seed] = measured(run_dir, target) if run_dir in done else {"failed": True}
+    return {"section": name, "workload": workload, "workers": workers, "cluster": cluster,
+            "settings": settings, "target": target, "runs": runs,
+            "failed": sorted(set((before or {}).get("failed", [])) | set(failed))}
 
 
 def _mean(values):
@@ -114,21 +115,33 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-def summarize(entry: str, runs: list[dict], bsp: list[dict]) -> dict:
-    """An entry over its seeds: means, spreads, and against BSP's mean."""
-    ok = [r for r in runs if not r.get("failed")]
-    mean = {k: _mean([r[k] for r in ok]) for k in ("final", "best", "last", "time_to_target", "wall",
-                                                   "mean_tau", "mean_factor", "mean_staleness")}
-    base = {k: _mean([r[k] for r in bsp if not r.get("failed")]) for k in ("final", "last", "time_to_target")}
-    settings = dict(item.split("=") for item in entry.split(":")[1:])
-    return {"entry": entry, "paradigm": entry.split(":")[0], **settings, "runs": runs, "failed": len(runs) - len(ok),
-            **mean, "final_min": min((r["final"] for r in ok), default=None),
-            "final_max": max((r["final"] for r in ok), default=None),
-            "reached": sum(r["time_to_target"] is not None for r in ok),
-            "final_vs_bsp": None if mean["final"] is None or base["final"] is None else mean["final"] - base["final"],
-            "last_vs_bsp": None if mean["last"] is None or base["last"] is None else mean["last"] - base["last"],
-            "time_vs_bsp": (mean["time_to_target"] / base["time_to_target"]
-                            if mean["time_to_target"] and base["time_to_target"] else None)}
+KEYS = ("final", "best", "last", "time_to_target", "wall", "mean_tau", "mean_factor", "mean_staleness")
+
+
+def rows(sec: dict) -> list[dict]:
+    """Each entry over its seeds: means, spreads, and against BSP's mean over the same seeds."""
+    bsp = sec["runs"].get("bsp", {})
+    out = []
+    for entry, by_seed in sec["runs"].items():
+        ok = {seed: r for seed, r in by_seed.items() if not r.get("failed")}
+        mean = {k: _mean([r[k] for r in ok.values()]) for k in KEYS}
+        base = {k: _mean([bsp[seed][k] for seed in ok if seed in bsp and not bsp[seed].get("failed")])
+                for k in ("final", "last", "time_to_target")}
+        finals = [r["final"] for r in ok.values()]
+        out.append({"entry": entry, "paradigm": entry.split(":")[0],
+                    **dict(item.split("=") for item in entry.split(":")[1:]),
+                    "seeds": sorted(by_seed, key=int), "failed": len(by_seed) - len(ok), **mean,
+                    "final_min": min(finals, default=None), "final_max": max(finals, default=None),
+                    "reached": sum(r["time_to_target"] is not None for r in ok.values()),
+                    "final_vs_bsp": _minus(mean["final"], base["final"]),
+                    "last_vs_bsp": _minus(mean["last"], base["last"]),
+                    "time_vs_bsp": (mean["time_to_target"] / base["time_to_target"]
+                                    if mean["time_to_target"] and base["time_to_target"] else None)})
+    return out
+
+
+def _minus(a, b):
+    return None if a is None or b is None else a - b
 
 
 def pct(v):
@@ -139,17 +152,18 @@ def render(sec: dict) -> str:
     s = sec["settings"]
     head = (f"## {sec['workload']}, {sec['workers']} workers, cluster {sec['cluster']}\n\n"
             f"{s['dataset']} ({s.get('mnist1d_samples') or 'published split'}), {s['model']}, batch "
-            f"{s['batch_size']}, {s['epochs']:g} epochs, base lr {s['lr']:g}, seeds {sec['seeds']}; target "
-            f"{100 * sec['target']:g}%. Rows by the mean of the last {LAST} evaluations (`last`); points are "
-            f"accuracy points, `time/BSP` the time to the target over BSP's.\n\n")
-    rows = sorted(sec["rows"], key=lambda r: (r["entry"] != "bsp", -(r["last"] or 0)))
-    body = table(["entry", "final", "final min-max", "last 5", "last - BSP", "final - BSP", "best",
+            f"{s['batch_size']}, {s['epochs']:g} epochs, base lr {s['lr']:g}; target "
+            f"{100 * sec['target']:g}%. Rows by the mean of the last {LAST} evaluations (`last`) over "
+            f"their seeds; `- BSP`: accuracy points against BSP's mean over the same seeds, `time/BSP` the "
+            f"time to the target over BSP's.\n\n")
+    ordered = sorted(rows(sec), key=lambda r: (r["entry"] != "bsp", -(r["last"] or 0)))
+    body = table(["entry", "seeds", "final", "final min-max", "last 5", "last - BSP", "final - BSP", "best",
                   "reached", "time/BSP", "mean tau", "mean factor"],
-                 [[r["entry"], pct(r["final"]),
+                 [[r["entry"], ",".join(r["seeds"]), pct(r["final"]),
                    f"{pct(r['final_min'])}-{pct(r['final_max'])}" if r["final_min"] is not None else "",
                    pct(r["last"]), pct(r["last_vs_bsp"]), pct(r["final_vs_bsp"]), pct(r["best"]),
-                   f"{r['reached']}/{len(r['runs'])}", r["time_vs_bsp"], r["mean_tau"], r["mean_factor"]]
-                  for r in rows])
+                   f"{r['reached']}/{len(r['seeds']) - r['failed']}", r["time_vs_bsp"], r["mean_tau"],
+                   r["mean_factor"]] for r in ordered])
     failed = "".join(f"\n- failed: {f}" for f in sec["failed"])
     return head + body + failed + "\n"
 
@@ -188,9 +202,11 @@ def main(argv=None) -> int:
     for workload in args.workloads:
         for workers in args.workers:
             for cluster in args.clusters or [WORKLOADS[workload][1]]:
-                sec = section(workload, workers, cluster, seeds, args)
-                sections[sec["section"]] = sec
+                name = f"{workload}-w{workers}-{cluster}"
+                sections[name] = section(workload, workers, cluster, seeds, args, sections.get(name))
     ordered = sorted(sections.values(), key=lambda s: (s["workload"], s["cluster"], s["workers"]))
+    for sec in ordered:
+        sec["rows"] = rows(sec)
     notes = "The discussion and the chosen defaults: benchmarks/async_scale_notes.md.\n\n"
     write_results(args.name, {"sections": ordered}, notes + "\n".join(render(s) for s in ordered))
     return 0
