@@ -159,7 +159,7 @@ class ParameterWindows(SlotRows):
         comm.Barrier()  # every slot is zeroed before anyone can push into it
         for win in self._windows():
             win.Lock_all()
-        self._head = np.zeros(HEAD, np.int64)
+        self._head = np.zeros((len(self.server_ranks), HEAD), np.int64)
 
     def _windows(self) -> tuple[MPI.Win, ...]:
         return self._param_win, self._grad_win, self._read_win, self._head_win
@@ -226,15 +226,15 @@ class ParameterWindows(SlotRows):
 
     def _announce(self, k: int, number: int, key: int, versions, scale: float) -> None:
         """The slot's head, after its data is complete at every server (a
-        server sums a slot only when its number is the row's clock)."""
-        head = self._head
-        head[:3] = number, key, 0
-        head[3:] = np.array([scale], np.float64).view(np.int64)
+        server sums a slot only when its number is the row's clock); each
+        server's its own version."""
+        heads = self._head   # one per server: the Puts are in flight together
+        heads[:, 0], heads[:, 1] = number, key
+        heads[:, 2] = 0 if versions is None else versions
+        heads[:, 3] = np.array([scale], np.float64).view(np.int64)[0]
         for s, rank in enumerate(self.server_ranks):
-            if versions is not None:
-                head[2] = versions[s]
-            self._head_win.Put([head, MPI.INT64_T], rank, (HEAD * k, HEAD, MPI.INT64_T))
-            self._head_win.Flush(rank)   # the next server's version goes into the same buffer
+            self._head_win.Put([heads[s], MPI.INT64_T], rank, (HEAD * k, HEAD, MPI.INT64_T))
+        self._head_win.Flush_all()
 
     # server side ------------------------------------------------------------
     def take_gradient(self, out: np.ndarray, clocks, consumed, each=None) -> int:
