@@ -21,7 +21,7 @@ PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
 VENV_MPICH := .venv-mpich
 PY_MPICH := $(VENV_MPICH)/bin/python
 
-.PHONY: install demo test test-lint test-unit test-sim test-mpi test-slurm test-install test-portability bench compare study clean
+.PHONY: install demo test test-lint test-unit test-sim test-mpi test-slurm test-nodes test-install test-portability bench compare study clean cluster-up cluster-down
 
 install: $(VENV)/.installed
 
@@ -43,7 +43,7 @@ demo: install
 # FAIL_STAGE=NAME makes that stage fail first, by a test that fails
 # (tests/injected_failure.py): tests/unit/test_make.py checks the above with it.
 # PYTEST_ARGS is added to every stage's pytest (e.g. -k NAME).
-STAGES ?= test-lint test-unit test-sim test-mpi test-slurm test-install test-portability
+STAGES ?= test-lint test-unit test-sim test-mpi test-slurm test-nodes test-install test-portability
 PYTEST_ARGS ?=
 injected = $(if $(filter $@,$(FAIL_STAGE)),$(PY) -m pytest -q -p no:cacheprovider tests/injected_failure.py)
 
@@ -88,6 +88,22 @@ test-slurm: install
 	$(injected)
 	$(PYTEST) $(PYTEST_ARGS) tests/slurm
 
+# Several nodes: a Slurm cluster of 3 network namespaces on a bridge, made by the
+# set-up and removed at the end (tests/nodes/conftest.py, docs/multinode.md), then a
+# check that nothing of it is left (namespaces, links, daemons).
+test-nodes: install $(VENV_MPICH)/.installed
+	$(injected)
+	$(PYTEST) $(PYTEST_ARGS) -p no:pytest_mpi --durations=10 tests/nodes; first=$$?; \
+	$(PYTEST) -p no:pytest_mpi tests/after && exit $$first
+
+# A cluster of NODES nodes to try multi-node jobs by hand (root; docs/multinode.md).
+NODES ?= 3
+cluster-up: install
+	$(PY) tests/cluster.py up --nodes $(NODES)
+
+cluster-down:
+	$(PY) tests/cluster.py down
+
 # `pip install .` into a fresh venv (.venv's pinned torch linked in first), then the `mpips`
 # command as a user runs it: --help, a 5-rank train, summarize, plot (about 1.5 min).
 test-install: install
@@ -109,12 +125,11 @@ $(VENV_MPICH)/.installed: setup.cfg pyproject.toml $(VENV)/.installed
 	$(PY_MPICH) -m pip install -q --disable-pip-version-check mpich mpi4py -e '.[test]'
 	touch $@
 
-# Measured comparisons; each writes benchmarks/results/<name>.json and .md (benchmarks/README.md).
+# Measured comparisons (benchmarks/registry.py): runs those of `make bench`, each writing
+# benchmarks/results/<name>.json and .md, then prints every benchmark's goals and whether
+# its results meet them (benchmarks/bench.py --verdicts: the committed results only).
 bench: install
-	$(PY) benchmarks/data_plane.py
-	$(PY) benchmarks/control_plane.py
-	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/vs_ddp.py
+	$(PY) benchmarks/bench.py
 
 # The paradigm comparison (benchmarks/paradigms.py): every paradigm, GSSP+GDTopK and
 # asynchronous Local SGD (DyLU, delayed Nesterov) on

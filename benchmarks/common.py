@@ -31,12 +31,13 @@ def stats(seconds) -> dict:
             "mean_us": float(us.mean()), "min_us": float(us.min())}
 
 
-def mpiexec(n: int, args: list[str], *, timeout: float = 300, env: dict | None = None) -> str:
-    """Run `mpiexec -n n python ARGS...`; returns its output, raises on failure."""
+def mpiexec(n: int, args: list[str], *, timeout: float = 300, env: dict | None = None,
+            cwd: str | None = None) -> str:
+    """Run `mpiexec -n n python ARGS...` (in `cwd`); returns its output, raises on failure."""
     cmd = [MPIEXEC, "--timeout", str(int(timeout)), "-n", str(n), sys.executable, *args]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        errors="replace", env={**os.environ, **MPI_ENV, **(env or {})},
-                       timeout=timeout + 30)
+                       timeout=timeout + 30, cwd=cwd)
     out = p.stdout.replace("\x00", "")
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{out[-4000:]}")

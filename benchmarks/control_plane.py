@@ -2,8 +2,8 @@
 
     python benchmarks/control_plane.py     # a 2-rank MPI job: the table's home and one worker
 
-One decision is what `Worker._gate` does per poll: `ControlTable.read()` (one
-`Get` + `Flush` of the table on server 0), `ControlTable.view()` (the
+One decision is what `Worker._gate` does per poll: `ControlWindow.read()` (one
+`Get` + `Flush` of the table on server 0), `ControlWindow.view()` (the
 paradigm's `ClusterView`) and `paradigm.gate()`. It is timed for every
 paradigm in `mpips.paradigms.available()`, with tables sized for 4 and 8
 workers, in two states: "pass" (every worker at the same clock, advanced
@@ -68,14 +68,14 @@ def inner(path: str) -> None:
 
     from mpips.config import Config
     from mpips.paradigms import available, make_paradigm
-    from mpips.runtime.transport.mpi import ControlWindow as ControlTable
+    from mpips.runtime.transport.mpi import ControlWindow
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     results = {}
     t0 = time.time()
     for workers in WORKERS:
-        control = ControlTable(comm, 0, workers, 1)
+        control = ControlWindow(comm, 0, workers, 1)
         if rank == 1 and workers == WORKERS[0]:
             until = time.perf_counter() + WARMUP_SECONDS
             while time.perf_counter() < until:
@@ -114,7 +114,7 @@ def main() -> None:
         rows.append([workers, name, state, d["median_us"], d["min_us"], d["p99_us"], r["read"]["median_us"],
                      r["view"]["median_us"], r["gate"]["median_us"],
                      "met" if d["median_us"] <= GOAL_US else f"not met ({d['median_us'] / GOAL_US:.1f}x)"])
-    md = (f"One decision = `ControlTable.read()` + `ControlTable.view()` + `paradigm.gate()`, "
+    md = (f"One decision = `ControlWindow.read()` + `ControlWindow.view()` + `paradigm.gate()`, "
           f"{REPS} decisions each (after {WARMUP} untimed); 'pass': all workers at one clock, 'wait': the deciding worker "
           f"{AHEAD} clocks ahead.\n\n"
           + table(["workers", "paradigm", "state", "decision median us", "min us", "p99 us",

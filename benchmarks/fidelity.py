@@ -20,8 +20,8 @@ import tempfile
 import numpy as np
 from common import mpiexec, table, write_results
 
+from mpips.heterogeneity import parse_device_time
 from mpips.io.log import RunLog
-from mpips.training.emulation import parse_device_time
 
 WORKERS, BATCH = 8, 16
 CLUSTERS = {"homogeneous": [1.0] * WORKERS, "heterogeneous": [1, 1, 1, 1, 2, 2, 4, 4]}

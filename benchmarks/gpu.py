@@ -248,8 +248,8 @@ def ddp_inner(path: str, data_dir: str, epochs: float, slowdown: str, device_tim
     from mpi4py import MPI
     from torch.nn.parallel import DistributedDataParallel
 
+    from mpips.heterogeneity import parse_device_time
     from mpips.training.data import WorkerShard
-    from mpips.training.emulation import parse_device_time
 
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()

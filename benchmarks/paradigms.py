@@ -42,6 +42,7 @@ from common import MPI_ENV, RESULTS, write_results
 from mpips.analysis.summarize import heterogeneity
 from mpips.config import ConfigError
 from mpips.experiments.compare import Comparison, OptionError, flags, parse_seeds, report
+from mpips.experiments.launch import Launches
 from mpips.paradigms import available
 
 SERVERS = 1
@@ -150,17 +151,29 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     try:
         args.seeds = parse_seeds(args.seeds)
-        comparisons = [Comparison(args.paradigms, args.seeds, settings(args, cluster), args.runs,
+        # (the benchmark's runs are its own: trained again over the last ones unless --reuse)
+        comparisons = [Comparison(args.paradigms, args.seeds, {**settings(args, cluster), "overwrite": not args.reuse},
+                                  args.runs,
                                   simulate=args.simulate, timeout=args.timeout, reuse=args.reuse, parallel=args.parallel,
                                   prefix=cluster[:3] + "-")
                        for cluster in args.clusters]
     except (OptionError, ConfigError) as e:
         p.error(str(e))
     runs, failed = [], []
-    for comparison in comparisons:
-        done, bad = comparison.train()
-        runs += done
-        failed += bad
+    with Launches() as launches:
+        for comparison in comparisons:
+            try:
+                lock = comparison.claim()
+            except OptionError as e:
+                p.error(str(e))
+            try:
+                done, bad = comparison.train(launches)
+            finally:
+                lock.release()
+            runs += done
+            failed += bad
+        if launches.stopped:
+            return 128 + launches.stopped
     if not runs:
         print("no run finished", file=sys.stderr)
         return 1

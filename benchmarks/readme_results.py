@@ -1,7 +1,7 @@
-"""The README's Results tables, generated from the results files, never edited by hand.
+"""The result tables of docs/results.md, generated from the results files, never edited by hand.
 
-    python benchmarks/readme_results.py            # rewrite the generated blocks of README.md
-    python benchmarks/readme_results.py --check    # exit 1 if README.md differs (tests/unit/test_docs.py)
+    python benchmarks/readme_results.py            # rewrite the generated blocks of docs/results.md
+    python benchmarks/readme_results.py --check    # exit 1 if docs/results.md differs (tests/unit/test_docs.py)
 
 A generated block sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->`:
 `claims` (the seed papers' claims per seed, benchmarks/claims.py) and `means` (per
@@ -23,6 +23,7 @@ import pandas as pd
 from claims import render_markdown as render_claims
 
 ROOT = Path(__file__).resolve().parent.parent
+PAGE = "docs/results.md"   # (the README's Results section until it became this page)
 RESULTS = ROOT / "benchmarks" / "results"
 # block-name suffix -> the comparison's results file (`make compare`, `make study`)
 COMPARISONS = {"": "paradigms-8", "-mnist1d-32": "paradigms-mnist1d-32", "-mnist5k-8": "paradigms-mnist5k-8",
@@ -83,21 +84,21 @@ def render(readme: str) -> str:
     for name, text in blocks().items():
         pattern = re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- end: {name} -->)", re.S)
         if not pattern.search(readme):
-            raise SystemExit(f"README.md has no block `<!-- generated: {name} -->` ... `<!-- end: {name} -->`")
+            raise SystemExit(f"{PAGE} has no block `<!-- generated: {name} -->` ... `<!-- end: {name} -->`")
         readme = pattern.sub(lambda m: m.group(1) + "\n" + text + "\n" + m.group(2), readme)
     return readme
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if README.md is not what the results give")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 if {PAGE} is not what the results give")
     args = ap.parse_args()
-    path = ROOT / "README.md"
+    path = ROOT / PAGE
     old = path.read_text()
     new = render(old)
     if args.check:
         if new != old:
-            print("README.md's Results differ from benchmarks/results: run python benchmarks/readme_results.py",
+            print(f"{PAGE}'s tables differ from benchmarks/results: run python benchmarks/readme_results.py",
                   file=sys.stderr)
             return 1
         return 0

@@ -52,7 +52,7 @@ def _run(cmd: list[str], env: dict | None = None) -> None:
 
 def simulated(paradigm: list[str], tmp: str, iterations: int) -> dict:
     run_dir = os.path.join(tmp, "-".join(paradigm))
-    _run([sys.executable, "-m", "mpips", "simulate", "--paradigm", *paradigm, "--workers", "8",
+    _run([sys.executable, "-m", "mpips", "simulate", "--paradigm", *paradigm, "--workers", "8", "--sim-gradients", "exact",
           "--servers", "2", "--iterations", str(iterations), *MIX, "--run-dir", run_dir])
     return fingerprint(run_dir)
 

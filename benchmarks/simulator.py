@@ -185,7 +185,7 @@ def measure(overrides: dict, profile_path: str | None) -> dict:
     iterations = acc["iterations"]
     switches = sum(s.switches for s in schedulers)
     return {
-        "workers": cfg.workers, "paradigm": cfg.paradigm, "groups": cfg.groups if cfg.paradigm == "gssp" else None,
+        "workers": cfg.workers, "paradigm": cfg.paradigm, "groups": cfg.options.groups if cfg.paradigm == "gssp" else None,
         "profiled": bool(profiler), "worker_iterations": iterations,
         "total_wall_s": total_wall, "setup_wall_s": acc["first_run_at"] - t0,
         "run_wall_s": acc["run_wall"], "run_cpu_s": acc["run_cpu"],

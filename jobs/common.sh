@@ -25,8 +25,16 @@
 #   MPIPS_MPIRUN_ARGS  extra arguments for mpirun/mpiexec
 #   MPIPS_REQUEUE      1 (default): requeue the job when the training exits with
 #                      status 3 (checkpointed after SIGUSR1, not finished)
-#   MPIPS_MPS          with MPIPS_DEVICE=cuda: 1 starts NVIDIA MPS on this node for
-#                      the run, 0 never; auto (default) when ranks share its GPUs
+#   MPIPS_MPS          with MPIPS_DEVICE=cuda: 1 starts NVIDIA MPS on every node of
+#                      the job for the run, 0 never; auto (default) when ranks
+#                      share a node's GPUs
+#   MPIPS_LOST_NODE_WAIT  several nodes: after a training failed and a node of the
+#                      job no longer answers, how long to wait for Slurm to requeue
+#                      the job (it does once the node misses SlurmdTimeout) before
+#                      requeueing it here (default 600 s)
+#   MPIPS_NET_IF       several nodes: the network interface (or a subnet,
+#                      10.1.0.0/16) the ranks talk over, for nodes with several
+#                      (default: the MPI's choice)
 #
 # GPUs: ask Slurm for them and say cuda, e.g.
 #     MPIPS_DEVICE=cuda sbatch --gpus-per-node=4 jobs/<paradigm>.slurm
@@ -36,9 +44,12 @@
 # task: --gpus-per-task=1, each rank then sees its own). Ranks sharing a GPU are
 # time-sliced by the driver unless MPS runs their kernels side by side: on one
 # H100, 8 workers sharing it went from 18,300 to 34,200 samples/s under MPS
-# (benchmarks/results/gpu.md). A multi-node job starts MPS on the first node
-# only; on the others, your site's prolog or `srun --ntasks-per-node=1
-# nvidia-cuda-mps-control -d` does it.
+# (benchmarks/results/gpu.md). A job of several nodes starts MPS on each
+# (a step of one task per node, for the run), its pipes in a folder per host.
+#
+# Several nodes (sbatch -N 3): nothing to change; see docs/multinode.md. The
+# ranks talk over TCP unless the MPI finds a faster network: an Open MPI
+# component list without tcp (OMPI_MCA_btl=self,sm, for one node) gets it.
 #
 # Exit statuses: 0 finished, 1 failed or diverged, 2 bad input, 3 checkpointed
 # after SIGUSR1 (requeued), 128+N checkpointed after signal N (SIGTERM 143,
@@ -87,10 +98,10 @@ export MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 
 if [ "$(id -u)" = 0 ]; then
-    # Open MPI refuses root unless told, and CI nodes have fewer cores than ranks.
+    # Open MPI refuses root unless told, and CI nodes have fewer cores than ranks. (OMPI_MCA_osc:
+    # mpips turns off UCX's one-sided component itself on nodes without RDMA devices.)
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     export PRTE_MCA_rmaps_default_mapping_policy="${PRTE_MCA_rmaps_default_mapping_policy-:oversubscribe}"
-    export OMPI_MCA_osc="${OMPI_MCA_osc-^ucx}"
 fi
 
 # --- which MPI ------------------------------------------------------------------
@@ -123,6 +134,36 @@ mpips_srun_mpi() {
         _mpips_err "srun --mpi=$p is listed but does not work here"
     done
     return 0
+}
+
+# --- several nodes ------------------------------------------------------------
+# The job's node count (1 outside Slurm: mpirun --host is the user's own).
+mpips_nodes() { echo "${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}"; }
+
+# mpips_nodes_env FLAVOR: what ranks on several nodes need from the MPI.
+mpips_nodes_env() {
+    local flavor="$1"
+    [ "$(mpips_nodes)" -gt 1 ] || return 0
+    if [ "$flavor" = openmpi ]; then
+        # an include list without tcp (self,sm: one node's) reaches no other node
+        case ",${OMPI_MCA_btl:-}," in
+            ,,|*,tcp,*|,^*) ;;
+            *) _mpips_log "OMPI_MCA_btl=$OMPI_MCA_btl reaches no other node: using $OMPI_MCA_btl,tcp"
+               export OMPI_MCA_btl="$OMPI_MCA_btl,tcp" ;;
+        esac
+        if [ -n "${MPIPS_NET_IF:-}" ]; then
+            export OMPI_MCA_btl_tcp_if_include="$MPIPS_NET_IF" OMPI_MCA_oob_tcp_if_include="$MPIPS_NET_IF"
+            export PRTE_MCA_oob_tcp_if_include="$MPIPS_NET_IF"
+        fi
+        # mpirun learns that a node's daemon is out of reach (its link down, its
+        # processes alive) from TCP keepalives: after 480 s by default, and until
+        # then a job that aborted waits for it. Here: about 40 s.
+        export PRTE_MCA_oob_tcp_keepalive_time="${PRTE_MCA_oob_tcp_keepalive_time:-20}"
+        export PRTE_MCA_oob_tcp_keepalive_intvl="${PRTE_MCA_oob_tcp_keepalive_intvl:-5}"
+        export PRTE_MCA_oob_tcp_keepalive_probes="${PRTE_MCA_oob_tcp_keepalive_probes:-4}"
+    elif [ -n "${MPIPS_NET_IF:-}" ]; then   # MPICH: its launcher's, libfabric's and UCX's
+        export HYDRA_IFACE="$MPIPS_NET_IF" FI_TCP_IFACE="$MPIPS_NET_IF" UCX_NET_DEVICES="$MPIPS_NET_IF"
+    fi
 }
 
 # --- launching ----------------------------------------------------------------
@@ -176,6 +217,9 @@ mpips_launch() {
     fi
     # shellcheck disable=SC2206
     [ "$launcher" = mpirun ] && cmd+=(${MPIPS_MPIRUN_ARGS:-})
+    mpips_nodes_env "$flavor"
+    # each rank finds its node's MPS (mpips_start_mps): a folder per host
+    [ -n "$_mpips_mps_dir" ] && cmd+=(bash -c 'export CUDA_MPS_PIPE_DIRECTORY="$0/$(hostname)/pipe"; exec "$@"' "$_mpips_mps_dir")
     cmd+=("$@")
     _mpips_log "MPI: $flavor; launcher: $launcher${plugin:+ --mpi=$plugin}; ranks: $n"
     _mpips_log "command: ${cmd[*]}"
@@ -223,16 +267,23 @@ print(" ".join(f.name + (":bool" if isinstance(f.default, bool) else "") for f i
 _mpips_gpus_here() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
 
 # mpips_start_mps N: start NVIDIA MPS for a job of N ranks when MPIPS_MPS
-# asks for it (auto: when the ranks outnumber the GPUs this node sees); its
-# pipes and log under $TMPDIR, stopped by mpips_stop_mps.
+# asks for it (auto: when a node's ranks outnumber its GPUs), on every node
+# of the job; its pipes and logs under $TMPDIR in a folder per host (one
+# folder name for all: mpips_launch points each rank at its host's), stopped
+# by mpips_stop_mps. One node: a daemon beside this shell. Several: a step
+# of one task per node runs it in the foreground for the run (a daemon
+# started by a step would end with the step).
 _mpips_mps_dir=""
+_mpips_mps_step=""
 mpips_start_mps() {
-    local n="$1" want="${MPIPS_MPS:-auto}" gpus
+    local n="$1" want="${MPIPS_MPS:-auto}" gpus nodes
     [ "${MPIPS_DEVICE:-cpu}" = cuda ] || return 0
+    nodes="$(mpips_nodes)"
     case "$want" in
         0|no|off) return 0 ;;
         1|yes|on) ;;
-        auto) gpus="$(_mpips_gpus_here)"; [ "${gpus:-0}" -gt 0 ] && [ "$n" -gt "$gpus" ] || return 0 ;;
+        auto) gpus="$(_mpips_gpus_here)"
+              [ "${gpus:-0}" -gt 0 ] && [ $(( (n + nodes - 1) / nodes )) -gt "$gpus" ] || return 0 ;;
         *) _mpips_err "MPIPS_MPS=$want: expected 1, 0 or auto"; return 2 ;;
     esac
     if ! command -v nvidia-cuda-mps-control >/dev/null; then
@@ -240,22 +291,49 @@ mpips_start_mps() {
         return 0
     fi
     _mpips_mps_dir="$(mktemp -d "${TMPDIR:-/tmp}/mpips-mps.XXXXXX")"
-    export CUDA_MPS_PIPE_DIRECTORY="$_mpips_mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$_mpips_mps_dir/log"
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if nvidia-cuda-mps-control -d; then
-        _mpips_log "MPS started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
+    # shellcheck disable=SC2016
+    local here='d="$0/$(hostname)"; mkdir -p "$d/pipe" "$d/log"
+export CUDA_MPS_PIPE_DIRECTORY="$d/pipe" CUDA_MPS_LOG_DIRECTORY="$d/log"'
+    if [ "$nodes" -gt 1 ]; then
+        _mpips_on_each_node bash -c "$here; exec nvidia-cuda-mps-control -f" "$_mpips_mps_dir" &
+        _mpips_mps_step=$!
+        local waited=0   # every node's control pipe, before a rank looks for it
+        while [ "$(find "$_mpips_mps_dir" -path '*/pipe/control' 2>/dev/null | wc -l)" -lt "$nodes" ]; do
+            if [ "$waited" -ge 300 ] || ! kill -0 "$_mpips_mps_step" 2>/dev/null; then
+                _mpips_err "MPS did not start on every node within 30 s; ranks sharing a GPU are time-sliced"
+                mpips_stop_mps
+                return 0
+            fi
+            sleep 0.1; waited=$((waited + 1))
+        done
+        _mpips_log "MPS started on $nodes nodes (pipes in $_mpips_mps_dir/HOST/pipe)"
+    elif bash -c "$here; nvidia-cuda-mps-control -d" "$_mpips_mps_dir"; then
+        _mpips_log "MPS started (pipes in $_mpips_mps_dir/$(hostname)/pipe)"
     else
         _mpips_err "MPS did not start; ranks sharing a GPU are time-sliced"
-        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; _mpips_mps_dir=""
+        rm -rf "$_mpips_mps_dir"; _mpips_mps_dir=""
     fi
+}
+
+# COMMAND... once on every node of the job, beside the steps running there
+_mpips_on_each_node() {
+    local nodes; nodes="$(mpips_nodes)"
+    srun -N "$nodes" -n "$nodes" --ntasks-per-node=1 --overlap --quiet "$@"
 }
 
 mpips_stop_mps() {
     [ -n "$_mpips_mps_dir" ] || return 0
-    echo quit | nvidia-cuda-mps-control
+    if [ -n "$_mpips_mps_step" ]; then   # quit on every node, then the step ends
+        _mpips_on_each_node bash -c \
+            'CUDA_MPS_PIPE_DIRECTORY="$0/$(hostname)/pipe" nvidia-cuda-mps-control <<<quit' "$_mpips_mps_dir"
+        timeout 30 tail --pid="$_mpips_mps_step" -f /dev/null || kill "$_mpips_mps_step" 2>/dev/null
+        wait "$_mpips_mps_step" 2>/dev/null
+        _mpips_mps_step=""
+    else
+        CUDA_MPS_PIPE_DIRECTORY="$_mpips_mps_dir/$(hostname)/pipe" nvidia-cuda-mps-control <<<quit
+    fi
     _mpips_log "MPS stopped"
     rm -rf "$_mpips_mps_dir"; _mpips_mps_dir=""
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
 
 # mpips_train PARADIGM [FLAGS...]: train with PARADIGM on the ranks it needs.
@@ -307,6 +385,18 @@ mpips_train() {
     began="$(date +%s)"
     mpips_launch "$n" "$MPIPS_PYTHON" -m mpips train "${args[@]}" || rc=$?
     mpips_stop_mps
+    # Open MPI's mpirun exits 0 when it loses a node's daemon (it says so, and
+    # ends the ranks): the run directory says whether the training finished
+    if [ "$rc" = 0 ] && [ -n "${run_dir:-}" ] && [ -f "$run_dir/run.h5" ]; then
+        local status
+        status="$("$MPIPS_PYTHON" -c 'import sys
+from mpips.io.checkpoint import run_attrs
+print(run_attrs(sys.argv[1]).get("status", "incomplete"))' "$run_dir" 2>/dev/null)"
+        if [ "$status" != finished ]; then
+            _mpips_err "the launcher exited 0 but the run is ${status:-unreadable}, not finished: failed"
+            rc=1
+        fi
+    fi
     # SIGTERM or SIGINT to mpirun itself as well (scancel and a time limit signal every
     # process of the job, Ctrl-C the terminal's foreground): it passes the signal on and
     # exits 1, their output cut, killing its ranks about half a second later (outside
@@ -323,5 +413,49 @@ mpips_train() {
             _mpips_log "stopped by SIG$_mpips_stopped without a checkpoint (the launcher, signalled too, ended its ranks first: exit $rc)"
         fi
     fi
+    # a training that failed on several nodes: a node lost is requeued, not failed
+    if [ -z "$_mpips_stopped" ] && [ "$rc" != 0 ] && [ "$rc" != 2 ] && [ "$rc" != 3 ] && [ "$(mpips_nodes)" -gt 1 ]; then
+        mpips_after_lost_nodes "${run_dir:-}"
+    fi
     return "$rc"
+}
+
+# mpips_lost_nodes: the job's nodes where a step no longer starts (30 s each).
+mpips_lost_nodes() {
+    local node lost=()
+    for node in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
+        timeout 30 srun -N 1 -n 1 -w "$node" --overlap --quiet true >/dev/null 2>&1 || lost+=("$node")
+    done
+    echo "${lost[*]}"
+}
+
+# mpips_after_lost_nodes RUN_DIR: after a failed training on several nodes, say
+# which nodes are lost and which ranks ran there (run.h5's placement), and let
+# the job be requeued rather than fail: Slurm requeues a job whose node
+# stops answering (after SlurmdTimeout; --requeue), and the next start
+# resumes from the last checkpoint on whatever nodes it gets. This shell
+# waits for that, MPIPS_LOST_NODE_WAIT seconds at most (default 600), then
+# requeues the job itself (MPIPS_REQUEUE=0: neither; the job fails).
+mpips_after_lost_nodes() {
+    local run_dir="$1" lost waited=0
+    [ -n "${SLURM_JOB_ID:-}" ] || return 0
+    lost="$(mpips_lost_nodes)"
+    [ -n "$lost" ] || return 0
+    _mpips_err "node(s) lost (no step starts there): $lost"
+    if [ -n "$run_dir" ] && [ -f "$run_dir/run.h5" ]; then
+        # shellcheck disable=SC2086
+        "$MPIPS_PYTHON" -c 'import sys
+from mpips.analysis.placement import node_line
+from mpips.io.log import RunLog
+nodes = RunLog(sys.argv[1]).by_node()
+for node in sys.argv[2:]:
+    print(f"[mpips job] ranks on {node}: {node_line(nodes.get(node, [])) or None}")' "$run_dir" $lost >&2
+    fi
+    [ "${MPIPS_REQUEUE:-1}" = 1 ] || return 0
+    _mpips_log "waiting for Slurm to requeue the job (a lost node fails it), at most ${MPIPS_LOST_NODE_WAIT:-600} s"
+    while [ "$waited" -lt "${MPIPS_LOST_NODE_WAIT:-600}" ]; do
+        sleep 5; waited=$((waited + 5))
+    done
+    _mpips_log "requeueing job $SLURM_JOB_ID to resume from its last checkpoint"
+    scontrol requeue "$SLURM_JOB_ID"
 }

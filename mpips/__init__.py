@@ -1,5 +1,7 @@
 """mpips: PyTorch training on an MPI parameter server with a choice of
-synchronization paradigm (BSP, ASP, SSP, DSSP, GSSP, Sync-Switch, LB-BSP, VSGD).
+synchronization paradigm (BSP, ASP, SSP, DSSP, GSSP, Sync-Switch, LB-BSP, VSGD,
+BSP with backup workers, Local SGD), or one's own (`register_paradigm`, its
+settings an `Options` dataclass of `setting` fields).
 
 The Python API, flat (under mpirun/srun, on every rank):
 
@@ -14,7 +16,8 @@ and in one process, in virtual time: `mpips.simulate(workers=16, ...)`, the same
 __version__ = "0.1.0"
 
 from .config import Config, ConfigError, load  # noqa: E402
-from .paradigms import Paradigm, register_paradigm, unregister_paradigm  # noqa: E402
+from .paradigms import Options, Paradigm, register_paradigm, unregister_paradigm  # noqa: E402
+from .settings import setting  # noqa: E402
 
 _LAZY = {"RunLog": ("io.log", "RunLog"), "train": ("api", "train"), "simulate": ("api", "simulate"),
          "TrainingFailed": ("runtime.job.assemble", "TrainingFailed"),
@@ -33,5 +36,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'mpips' has no attribute {name!r}")
 
 
-__all__ = ["Config", "ConfigError", "load", "RunLog", "train", "simulate", "Paradigm", "register_paradigm",
-           "unregister_paradigm", "TrainingFailed", "SetupError", "__version__"]
+__all__ = ["Config", "ConfigError", "load", "RunLog", "train", "simulate", "Options", "Paradigm",
+           "register_paradigm", "setting", "unregister_paradigm", "TrainingFailed", "SetupError", "__version__"]

@@ -110,8 +110,10 @@ def train(config: Config | str | None = None, *, model: Any = None, dataset: Any
     the batch; default cross-entropy. Raises ConfigError or SetupError (the
     same on every rank) for bad input; any other failure aborts the job."""
     from .runtime.recovery import preemption
+    from .runtime.transport.mpienv import quiet_ucx
 
     preemption.remember()
+    quiet_ucx()
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD if comm is None else comm

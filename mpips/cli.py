@@ -1,23 +1,27 @@
 """`mpips train|simulate|compare|info|summarize|plot|syncswitch-search ...` (or
 `python -m mpips ...`): the command line.
 
-Options of `train` are generated from the fields of `Config`, so the YAML
-keys, the flags and the error messages always agree.
+Options of `train` are generated from the shared settings (`Config`) and
+every registered paradigm's own (`Paradigm.Options`, a plugin's too), so the
+YAML keys, the flags and the error messages always agree.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import signal
 import sys
 
 from .api import abort_job
-from .config import Config, ConfigError, load
+from .config import OPTIONS_TEXT, SHARED, Config, ConfigError, known, load, spec_of
 from .experiments import compare, plan, setups, syncswitch_search
+from .paradigms import option_specs
 from .plugins import PluginError, load_plugins, raised_in_plugin
 from .runtime.recovery import preemption
+from .runtime.transport.mpienv import quiet_ucx
+from .settings import Spec
+from .validate import StopSignal
 
 
 def _train_parser(sub, name: str, help: str, exclude=(), **kw) -> argparse.ArgumentParser:
@@ -26,21 +30,36 @@ def _train_parser(sub, name: str, help: str, exclude=(), **kw) -> argparse.Argum
     p.add_argument("--plugin", action="append", metavar="FILE.py",
                    help="a Python file run first (on every rank), e.g. one that calls "
                         "mpips.register_paradigm; repeatable")
-    for f in dataclasses.fields(Config):
-        if f.name in exclude:
+    for spec in SHARED.values():
+        if spec.name not in exclude:
+            _add_flag(p, spec, spec.help)
+    p.add_argument("--paradigm-options", dest=OPTIONS_TEXT, metavar="KEY=VALUE,...",
+                   help="the paradigm's own settings as one text (a fallback for the flags below, which "
+                        "override it)")
+    # each paradigm's own settings, a group each; one flag for a name two declare
+    # (ssp's and vsgd's staleness), its help the first's
+    added: set[str] = set()
+    for paradigm, own in option_specs().items():
+        if not own.keys() - added:
             continue
-        flag = "--" + f.name.replace("_", "-")
-        help_ = f.metadata.get("help", "")
-        choices = f.metadata.get("choices")
-        if choices:
-            help_ += f" ({'|'.join(choices)})"
-        help_ += f" [default: {f.default!r}]"
-        if isinstance(f.default, bool):
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=help_)
-        else:
-            # Strings here; Config coercion gives the one-line error naming the field.
-            p.add_argument(flag, dest=f.name, metavar=f.name.upper(), help=help_)
+        group = p.add_argument_group(f"{paradigm}'s own settings")
+        for spec in own.values():
+            if spec.name not in added:
+                added.add(spec.name)
+                owners = [name for name, specs in option_specs().items() if spec.name in specs]
+                _add_flag(group, spec, spec.help + (f" (also {', '.join(owners[1:])})" if owners[1:] else ""))
     return p
+
+
+def _add_flag(p, spec: Spec, help_: str) -> None:
+    if spec.choices is not None:
+        help_ += f" ({'|'.join(spec.choices)})"
+    help_ += f" [default: {spec.default!r}]"
+    if spec.type is bool:
+        p.add_argument(spec.flag, dest=spec.name, action=argparse.BooleanOptionalAction, help=help_)
+    else:
+        # Strings here; the configuration's coercion gives the one-line error naming the setting.
+        p.add_argument(spec.flag, dest=spec.name, metavar=spec.name.upper(), help=help_)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,8 +73,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="mpips",
-                                description="PyTorch training on an MPI parameter server.")
+    from . import __version__
+
+    p = _Parser(prog="mpips", description="PyTorch training on an MPI parameter server.")
+    p.add_argument("--version", action="version", version=f"mpips {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     _train_parser(sub, "train", "train under mpirun/srun (world = servers [+ groups] + workers)")
     simulate = _train_parser(sub, "simulate", "run the same job in one process in virtual time "
@@ -74,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
               "                     [--out DIR] [...] [TRAIN SETTINGS]"))
     plan.add_arguments(_train_parser(
         sub, "plan", "probe the cluster (under your launcher) or read its profile, simulate every paradigm "
-                     "on your job, rank them and print the command of the best (mpips/experiments/plan.py)",
+                     "on your job, rank them and print the command of the best (mpips/experiments/plan/)",
         exclude=setups.PER_RUN, description=PLAN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="mpirun -n SERVERS+WORKERS python -m mpips plan [--target ACC | --time-limit S] [...]\n"
               "       mpips plan --profile CLUSTER.yaml [--target ACC | --time-limit S] [--candidates C,...]\n"
@@ -113,6 +134,8 @@ into the printed command; in the search the profile stands for the cluster.
 DELEGATED = {
     "summarize": ("mpips.analysis.summarize", "one table over run logs (mpips summarize --help)"),
     "plot": ("mpips.analysis.plot", "figures over run logs (mpips plot --help)"),
+    "export": ("mpips.analysis.export", "a run log as TensorBoard scalars or a Chrome/Perfetto trace "
+                                        "(mpips export --help)"),
 }
 
 _OWN = ("command", "config", "plugin", "cluster")   # arguments that are not settings
@@ -155,7 +178,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     preemption.remember(*preemption.STOPS)
     from mpi4py import MPI
 
-    from .runtime.transport.mpi import allgather_within
+    from .runtime.transport.mpi import allgather_within, progress_interval
     from .runtime.transport.wait import SetupTimeout
 
     comm = MPI.COMM_WORLD if comm is None else comm
@@ -163,6 +186,7 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
     if error is None:
         try:
             config = load(getattr(args, "config", None), {k: v for k, v in vars(args).items() if k not in _OWN})
+            progress_interval()   # MPIPS_PROGRESS_INTERVAL, checked with the settings
         except ConfigError as e:
             error = str(e)
     # A plugin or a file that only some ranks fail to read: every rank hears of it,
@@ -180,6 +204,8 @@ def cmd_train(args, comm=None, *, plugin_error: str | None = None) -> int:
                    else f"rank {failed[0]}: {errors[failed[0]]}")
         return _fail(message) if comm.Get_rank() == 0 else 2
 
+    if comm.Get_rank() == 0 and config is not None and config.progress != "off":
+        print(f"mpips: set-up: {comm.Get_size()} rank(s) started; importing torch", file=sys.stderr, flush=True)
     from .runtime.job.train import SetupError, TrainingFailed, train
     from .runtime.recovery.checkpointer import Preempted
 
@@ -246,10 +272,8 @@ def _stopped(e: "SimulationStopped") -> int:
                  f"written (the run is incomplete)", 128 + e.signum)
 
 
-class SimulationStopped(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+class SimulationStopped(StopSignal):
+    """(a BaseException: a user's function it interrupts does not make it a failure)"""
 
 
 def _stop_simulation(signum, frame):
@@ -270,6 +294,7 @@ def cmd_ranks(args) -> int:
 
 
 def cmd_info(args) -> int:
+    from .analysis.placement import node_line
     from .io.log import LogError, RunLog
 
     try:
@@ -282,19 +307,39 @@ def cmd_info(args) -> int:
     # A damaged log (a rank file missing, truncated, unreadable) is summarized
     # from what is left, says so, and exits 1: its numbers are not the run's.
     code = 1 if log.problems else 0
+    shown = run_settings(log.config)
     if args.json:
         whole = log.completeness()
-        print(json.dumps({**s, **{k: v for k, v in whole.items() if k not in ("complete", "reason")}}))
+        print(json.dumps({**s, **{k: v for k, v in whole.items() if k not in ("complete", "reason")},
+                          "settings": shown, "placement": log.placement}))
         return code
-    width = max(len(k) for k in s)
+    width = max(len(k) for k in [*s, *shown])
     for k, v in s.items():
         if isinstance(v, float):
             v = f"{v:.4g}"
         print(f"{k:<{width}}  {v}")
+    for i, (host, ranks) in enumerate(log.by_node().items()):   # the layout by node
+        print(f"{'placement' if i == 0 else '':<{width}}  {host}: {node_line(ranks)}")
+    print("settings (those that differ from the defaults, and the learning rate, batch and seed):")
+    for k, v in shown.items():
+        print(f"  {k:<{width - 2}}  {v!r}" if isinstance(v, str) else f"  {k:<{width - 2}}  {v}")
     if log.problems:
         print(f"mpips: warning: {args.run_dir}: damaged run log: {'; '.join(log.problems)}",
               file=sys.stderr, flush=True)
     return code
+
+
+ALWAYS_SHOWN = ("paradigm", "lr", "batch_size", "epochs", "seed")
+
+
+def run_settings(config: dict) -> dict:
+    """A run's settings as `info` shows them: the paradigm, learning rate, batch,
+    epochs and seed, then every other one that differs from its default (a
+    paradigm's options, the compressor, the emulated cluster, ...)."""
+    defaults = {k: spec_of(k).default for k in config if known(k) and k != OPTIONS_TEXT}
+    changed = {k: v for k, v in config.items()
+               if k not in ALWAYS_SHOWN and k != "run_dir" and k in defaults and v != defaults[k]}
+    return {**{k: config[k] for k in ALWAYS_SHOWN if k in config}, **changed}
 
 
 def main(argv=None, *, comm=None) -> int:
@@ -311,7 +356,8 @@ def main(argv=None, *, comm=None) -> int:
 def _main(argv: list[str], comm) -> int:
     # One module search path for `mpips` and `python -m mpips`: the current directory
     # first, as `python -m` puts it (a user's --model pkg.mod:fn or --dataset beside
-    # the job resolves the same with either; README, "Datasets and models")
+    # the job resolves the same with either; docs/guide.md, "Datasets and models")
+    quiet_ucx()   # before any MPI starts (train, plan under mpirun; compare's jobs inherit it)
     cwd = os.getcwd()
     if "" not in sys.path and cwd not in sys.path:
         sys.path.insert(0, cwd)

@@ -4,6 +4,7 @@ their options, compressors, predictors), which must not import the
 configuration (it imports them, for their lists of names)."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 from typing import Any, Callable
 
@@ -14,6 +15,34 @@ class ConfigError(ValueError):
     def __init__(self, name: str, value: Any, allowed: str):
         self.field, self.value, self.allowed = name, value, allowed
         super().__init__(f"invalid {name}={value!r}: {allowed}")
+
+
+class StopSignal(BaseException):
+    """A stop signal that mpips handles (SIGTERM, SIGINT, SIGUSR1), raised
+    where it ends the work at once (the simulator): never the failure of
+    the code it interrupts, a user's function included."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def user_code(name: str, value: Any, what: str, form: str = "{what} failed: {error}"):
+    """Around a call of a user's code (--model, --dataset, mpips.train's
+    objects): whatever it raises is a ConfigError naming the setting and
+    `what` failed, BaseException too (a SystemExit(0) in a dataset function
+    ended `mpips simulate` with status 0 and no run), but a stop: a signal
+    mpips handles (StopSignal: it keeps its status, 143, 130, 138; it was
+    "invalid dataset") or Ctrl-C where Python's own handler raises it."""
+    try:
+        yield
+    except (StopSignal, KeyboardInterrupt):
+        raise
+    except BaseException as e:  # noqa: BLE001 - the user's code may raise anything
+        raise ConfigError(name, value, form.format(what=what, error=one_line(e))) from None
 
 
 def one_line(e: BaseException) -> str:
@@ -33,10 +62,8 @@ def user_function(name: str, text: str, allowed: str) -> Callable:
     """The function a `package.module:function` setting `name` names (--model,
     --dataset), imported; a one-line ConfigError naming `name` when it cannot be."""
     module_name, function = function_name(name, text, allowed)
-    try:
+    with user_code(name, text, module_name, "cannot import {what} ({error})"):   # (its code runs)
         module = importlib.import_module(module_name)
-    except Exception as e:  # noqa: BLE001 - importing a user's module runs its code
-        raise ConfigError(name, text, f"cannot import {module_name} ({one_line(e)})") from None
     found = getattr(module, function, None)
     if not callable(found):
         raise ConfigError(name, text, f"module {module_name} has no function {function}")

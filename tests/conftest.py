@@ -1,9 +1,65 @@
 import os
+import signal
+import time
+import uuid
 
 import pytest
 
 # One torch thread per process: tests share two cores with MPI ranks.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# Every process a test starts (and theirs: mpiexec's ranks, a plan's pool, a
+# Slurm job) carries this in its environment; none may be left when the session
+# ends (no_process_left).
+SESSION = "MPIPS_TEST_SESSION"
+os.environ[SESSION] = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def processes_of_this_session() -> dict[int, str]:
+    """{pid: command line} of the processes whose environment holds this
+    session's mark, this process aside."""
+    mark = f"{SESSION}={os.environ[SESSION]}".encode()
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if mark not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                command = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:   # gone meanwhile, or not ours to read
+            continue
+        # (a zombie has none: ended, its parent not yet told; multiprocessing's
+        # resource tracker, a pool's in this process, ends with this process)
+        if command and "multiprocessing.resource_tracker" not in command:
+            found[int(entry)] = command
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left():
+    """After the last test, no process the tests started is still running
+    (SIGTERM to `mpips plan` left its pool's processes, 270 MB each, alive
+    for good): those still there after 15 s are named, killed, and fail
+    the session."""
+    yield
+    deadline = time.monotonic() + 15
+    while (left := processes_of_this_session()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    # the ranks first, then (given a moment) their launchers: an mpiexec killed
+    # before its ranks leaves its session directory /tmp/ompi.PID behind
+    launchers = [pid for pid, command in left.items() if command.split()[0].endswith(("prterun", "mpiexec"))]
+    for pids in ([pid for pid in left if pid not in launchers], launchers):
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(2 if pids else 0)
+    assert not left, "processes left by the tests (killed now):\n" + "\n".join(
+        f"  {pid}: {command[:300]}" for pid, command in sorted(left.items()))
 
 
 @pytest.fixture

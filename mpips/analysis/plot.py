@@ -5,13 +5,17 @@ pandas DataFrames (`evaluation_frame`, `target_frame`) and their arrays.
     mpips plot runs/ssp -o figures/ --window 2:4    # timeline of seconds 2..4
 
 Writes into the output directory:
-  accuracy.png          accuracy and loss versus time, a line per run, one
-                        column per emulated cluster
+  accuracy.png          accuracy and loss versus time, one column per emulated
+                        cluster, a line per setting: the mean over its seeds
+                        with a band for their range (--per-seed: a line per
+                        run); beyond 8 settings, a small panel per setting
   staleness.png         iteration-staleness histogram of every run
-  time_to_target.png    seconds to the target accuracy, a bar per setting (its
-                        seeds pooled) and cluster
-  timeline-RUN.png      per worker (per speed class beyond 16 workers): wait,
-                        pull, compute, emulated slowdown, push
+  time_to_target.png    seconds to the target accuracy, a bar per setting (the
+                        mean of its seeds, error bars their range) and cluster,
+                        fastest first
+  timeline-RUN.png      per worker (per node or speed class beyond 16 workers):
+                        wait, pull, compute, emulated slowdown, push; a run
+                        on several nodes has its rows grouped by node
   dynamics-RUN.png      what the paradigm decided over time, where the log has
                         it: DSSP's r*, Sync-Switch's mode, LB-BSP's batch sizes,
                         VSGD's learning-rate scales, the servers' lr and
@@ -37,13 +41,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from ..config import PARADIGMS  # noqa: E402
+from ..heterogeneity import parse_slowdown  # noqa: E402
 from ..io.log import LogError, RunLog  # noqa: E402
 from ..paradigms.view import MODE_ASP, MODE_BSP  # noqa: E402
-from ..training.emulation import parse_slowdown  # noqa: E402
 from ..validate import number_in  # noqa: E402
 from .summarize import (  # noqa: E402
     CLUSTER_KEYS,
@@ -58,8 +61,15 @@ from .summarize import (  # noqa: E402
 )
 
 DPI = 110
-# One colour per paradigm, the same in every figure.
+# One colour per paradigm where a figure draws paradigms' own decisions (dynamics).
 PARADIGM_COLOURS = dict(zip(list(PARADIGMS)[:10], plt.colormaps["tab10"].colors))  # type: ignore[attr-defined]  # a ListedColormap
+# One colour per entry of a comparison (a setting: its seeds share it), in the order the
+# entries come: tab10, then the darker tones of tab20b/tab20c, never one twice in a figure
+# of up to 20 entries (12 paradigms drew bsp and localsgd both blue-green).
+ENTRY_COLOURS = (list(plt.colormaps["tab10"].colors)  # type: ignore[attr-defined]
+                 + [plt.colormaps["tab20b"].colors[k] for k in (0, 4, 8, 12, 16)]  # type: ignore[attr-defined]
+                 + [plt.colormaps["tab20c"].colors[k] for k in (0, 4, 8, 12, 16)])  # type: ignore[attr-defined]
+SMALL_MULTIPLES = 8   # more entries than this in a panel: a panel per entry instead
 # Timeline segments in the order an iteration runs them.
 SEGMENTS = [("wait", "#c9c9c9", "wait (gate)"), ("pull", "#1f77b4", "pull"),
             ("work", "#2ca02c", "compute"), ("slowdown", "#98df8a", "emulated device time (sleep)"),
@@ -114,21 +124,13 @@ def _wrapped(label: str, width: int = 40) -> str:
     return "\n".join(lines + [line])
 
 
-def _shade(c, k: int, n: int):
-    """The k-th of n shades of colour c, from darker to lighter."""
-    if n == 1:
-        return c
-    rgb, t = np.array(to_rgb(c)), -0.45 + 0.9 * k / (n - 1)
-    return tuple(rgb * (1 + t) if t < 0 else rgb + (1 - rgb) * t)
-
-
 def run_labels(logs: list[RunLog]):
     """One row per run: `cluster` (its figures' panel), `group`: what it ran
     (the paradigm and the settings that differ between these runs, the
     cluster aside), the same for its seeds; `label`: the group, with the
     seed where a cluster has runs of the group that differ by it alone (the
-    run's name where not even that); `colour`: the paradigm's, its shades
-    where it has several groups; `ls`: a line style per run of a group."""
+    run's name where not even that); `colour`: the group's own (ENTRY_COLOURS,
+    in the groups' order); `ls`: a line style per run of a group."""
     if not logs:
         return pd.DataFrame(columns=["cluster", "group", "paradigm", "seed", "run", "label", "ls", "colour"])
     every = [settings(log) for log in logs]
@@ -145,10 +147,8 @@ def run_labels(logs: list[RunLog]):
                           ", seed " + runs["seed"].astype(str), ", run " + runs["run"])
     runs["label"] = runs["group"].where(size == 1, runs["group"] + told_apart)
     runs["ls"] = [LINESTYLES[k % len(LINESTYLES)] for k in same.cumcount()]
-    shades = {}
-    for paradigm, groups in runs.drop_duplicates("group").groupby("paradigm", sort=False)["group"]:
-        shades.update({g: _shade(colour(paradigm), k, len(groups)) for k, g in enumerate(groups)})
-    runs["colour"] = runs["group"].map(shades)
+    entries = list(dict.fromkeys(runs["group"]))
+    runs["colour"] = runs["group"].map({g: ENTRY_COLOURS[k % len(ENTRY_COLOURS)] for k, g in enumerate(entries)})
     return runs
 
 
@@ -166,24 +166,62 @@ def evaluation_frame(logs: list[RunLog]):
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) -> str:
+def mean_curves(evaluations, column: str = "accuracy", points: int = 200):
+    """Per group (`evaluation_frame`'s, within one cluster): its runs' `column`
+    against time, each interpolated on one grid from 0 to the last run's end:
+    the mean over the runs that still run at each time and their spread
+    (min, max). Yields (group, time, mean, low, high, runs)."""
+    if not len(evaluations):
+        return
+    end = float(evaluations["time"].max())
+    grid = np.linspace(0.0, end, points)
+    for group, of_group in evaluations.groupby("group", sort=False):
+        curves = []
+        for _, ev in of_group.groupby("k", sort=True):
+            t, y = ev["time"].to_numpy(float), ev[column].to_numpy(float)
+            curves.append(np.where((grid >= t[0]) & (grid <= t[-1]), np.interp(grid, t, y), np.nan))
+        stack = np.vstack(curves)
+        seen = np.isfinite(stack).any(axis=0)
+        with np.errstate(all="ignore"):
+            mean, low, high = (np.nanmean(stack[:, seen], axis=0), np.nanmin(stack[:, seen], axis=0),
+                               np.nanmax(stack[:, seen], axis=0))
+        yield group, grid[seen], mean, low, high, len(curves)
+
+
+def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None, *, per_seed: bool = False) -> str:
     """Accuracy (top) and loss (bottom) versus time, one column per emulated
-    cluster, a line per run (`run_labels`: the seeds of a setting share its
-    colour, in line styles of their own); the accuracy axis spans the data."""
+    cluster, one line per entry (a setting: `run_labels`' group) in a colour of
+    its own: the mean over its seeds, with a band from the lowest to the
+    highest seed. More than SMALL_MULTIPLES entries in a cluster: the accuracy
+    alone, a small panel per entry (the others' means in grey behind it).
+    `per_seed`: a line per run instead (its seeds in line styles of their own)."""
     evaluations, styles = evaluation_frame(logs), run_labels(logs)
     clusters = list(dict.fromkeys(styles["cluster"]))
+    entries = max((styles[styles["cluster"] == c]["group"].nunique() for c in clusters), default=0)
+    if entries > SMALL_MULTIPLES and not per_seed:
+        return _accuracy_multiples(logs, evaluations, styles, clusters, path, target)
     short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
-    entries = max(styles["cluster"].value_counts(), default=0)   # legend rows below each column
-    fig, axes = plt.subplots(2, len(clusters), figsize=(6.5 * len(clusters), 7.5 + 0.12 * entries),
+    shown = len(styles) if per_seed else entries   # legend rows below each column
+    fig, axes = plt.subplots(2, len(clusters), figsize=(6.5 * len(clusters), 7.5 + 0.12 * shown),
                              sharex="col", squeeze=False, layout="constrained")
+    colour_of = dict(zip(styles["group"], styles["colour"]))
     for col, cluster in enumerate(clusters):
         acc, loss = axes[0, col], axes[1, col]
         here = evaluations[evaluations["cluster"] == cluster] if len(evaluations) else evaluations
-        for k, ev in (here.groupby("k", sort=True) if len(here) else ()):
-            style = dict(color=styles["colour"][k], ls=styles["ls"][k], lw=1.4, alpha=0.9,
-                         label=_wrapped(styles["label"][k]), marker="o" if len(ev) <= 25 else None, ms=2.5)
-            acc.plot(ev["time"], ev["accuracy"], **style)
-            loss.plot(ev["time"], ev["loss"], **style)
+        if per_seed:
+            for k, ev in (here.groupby("k", sort=True) if len(here) else ()):
+                style = dict(color=styles["colour"][k], ls=styles["ls"][k], lw=1.4, alpha=0.9,
+                             label=_wrapped(styles["label"][k]), marker="o" if len(ev) <= 25 else None, ms=2.5)
+                acc.plot(ev["time"], ev["accuracy"], **style)
+                loss.plot(ev["time"], ev["loss"], **style)
+        else:
+            for ax, column in ((acc, "accuracy"), (loss, "loss")):
+                for group, t, mean, low, high, runs in mean_curves(here, column):
+                    c = colour_of[group]
+                    label = _wrapped(group + (f" ({runs} seeds)" if runs > 1 else ""))
+                    ax.plot(t, mean, color=c, lw=1.6, label=label)
+                    if runs > 1:
+                        ax.fill_between(t, low, high, color=c, alpha=0.18, lw=0)
         if target is not None:
             acc.axhline(target, color="black", ls="--", lw=0.8)
         if len(here):
@@ -191,7 +229,8 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
                       max(here["accuracy"].max(), target if target is not None else 0.0))
             margin = 0.05 * (hi - lo) or 0.02
             acc.set_ylim(lo - margin, hi + margin)
-        acc.set_title(_title(short[cluster], 75), fontsize=10)
+        acc.set_title(_title(short[cluster] + ("" if per_seed else ": mean over seeds, band: their range"), 75),
+                      fontsize=10)
         acc.set_ylabel("test accuracy")
         loss.set_ylabel("test loss")
         loss.set_yscale("log")
@@ -200,6 +239,42 @@ def accuracy_figure(logs: list[RunLog], path: str, target: float | None = None) 
             ax.grid(alpha=0.3)
         if len(here):
             loss.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    return _save(fig, path)
+
+
+def _accuracy_multiples(logs, evaluations, styles, clusters, path: str, target: float | None) -> str:
+    """The accuracy figure as small multiples: a row of panels per cluster,
+    a panel per entry (its mean and band in its colour, the other entries'
+    means in grey), the same axes everywhere."""
+    short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
+    groups = list(dict.fromkeys(styles["group"]))
+    cols = 4
+    rows_per = math.ceil(len(groups) / cols)
+    fig, axes = plt.subplots(rows_per * len(clusters), cols, figsize=(3.4 * cols, 2.6 * rows_per * len(clusters) + 0.6),
+                             sharex=True, sharey=True, squeeze=False, layout="constrained")
+    colour_of = dict(zip(styles["group"], styles["colour"]))
+    for c, cluster in enumerate(clusters):
+        here = evaluations[evaluations["cluster"] == cluster] if len(evaluations) else evaluations
+        curves = {g: rest for g, *rest in mean_curves(here)}
+        for j, group in enumerate(groups):
+            ax = axes[c * rows_per + j // cols, j % cols]
+            for other, (t, mean, *_) in curves.items():
+                if other != group:
+                    ax.plot(t, mean, color="0.82", lw=0.8)
+            if group in curves:
+                t, mean, low, high, runs = curves[group]
+                ax.fill_between(t, low, high, color=colour_of[group], alpha=0.25, lw=0)
+                ax.plot(t, mean, color=colour_of[group], lw=1.8)
+            if target is not None:
+                ax.axhline(target, color="black", ls="--", lw=0.7)
+            ax.set_title(_title(group, 40), fontsize=8)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=7)
+        for j in range(len(groups), rows_per * cols):
+            axes[c * rows_per + j // cols, j % cols].set_visible(False)
+        axes[c * rows_per, 0].set_ylabel(_title(f"{short[cluster]}: test accuracy", 30), fontsize=8)
+    fig.suptitle(f"test accuracy against {time_label(logs)}: each entry's mean over seeds (band: their range), "
+                 "the other entries in grey", fontsize=9)
     return _save(fig, path)
 
 
@@ -221,22 +296,38 @@ def target_frame(logs: list[RunLog], target: float):
     }).astype({"time": float})
 
 
+def target_order(runs) -> list[str]:
+    """`target_frame`'s groups, fastest mean time to the target first; then
+    those that reached it in some of their runs only (their mean is of those
+    runs: not comparable), fastest first; those that never reached it last."""
+    by = runs.groupby("group", sort=False)["time"]
+    key = pd.DataFrame({"partly": by.count() < by.size(), "mean": by.mean()})
+    return key.sort_values(["partly", "mean"], kind="stable", na_position="last").index.tolist()
+
+
 def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
     """A bar per setting (`run_labels`' group: runs differing by seed alone):
     seconds until the test accuracy first reached the target (mean over its
-    runs, whiskers from the fastest to the slowest run), one panel per
-    emulated cluster; the text gives the mean final accuracy."""
-    runs = target_frame(logs, target)
-    order = {p: k for k, p in enumerate(PARADIGMS)}   # the README's order; variants after theirs
-    names = (runs.assign(rank=runs["paradigm"].map(lambda p: order.get(p, len(order))))
-             .drop_duplicates("group").sort_values("rank", kind="stable")["group"].tolist())
-    clusters = list(dict.fromkeys(runs["cluster"]))
+    runs, error bars from the fastest to the slowest run), fastest first
+    (`target_order`); one panel per emulated cluster; the text gives the
+    mean final accuracy."""
     short = {heterogeneity(log.config): heterogeneity(log.config, short=True) for log in logs}
-    fig, axes = plt.subplots(1, len(clusters), figsize=(6.5 * len(clusters), 1.2 + 0.45 * len(names)),
-                             squeeze=False, sharey=True)
+    return target_bars(target_frame(logs, target), path, target,
+                       time_label(logs, f"time to {100 * target:g}% test accuracy"), short)
+
+
+def target_bars(runs, path: str, target: float, xlabel: str, titles: dict[str, str]) -> str:
+    """time_to_target_figure's drawing, from `target_frame`'s columns (a results
+    file's rows give them too: benchmarks/regenerate_figures.py); `titles`:
+    cluster -> its panel's title."""
+    names = list(dict.fromkeys(runs["group"]))
+    clusters = list(dict.fromkeys(runs["cluster"]))
+    fig, axes = plt.subplots(1, len(clusters), figsize=(8 * len(clusters), 1.2 + 0.5 * len(names)),
+                             squeeze=False, layout="constrained")
     for ax, cluster in zip(axes[0], clusters):
         here = runs[runs["cluster"] == cluster]
         longest = float(here["time"].max()) if here["time"].notna().any() else 0.0
+        names = target_order(here)
         for y, name in enumerate(names):
             members = here[here["group"] == name]
             if members.empty:
@@ -246,7 +337,8 @@ def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
             reached = f"{len(times)}/{len(members)} runs, " if len(members) > 1 else ""
             if len(times):
                 mean = float(times.mean())
-                ax.barh(y, mean, color=members["colour"].iloc[0], alpha=0.85,
+                # pale: reached in some runs only (a mean of those runs: ranked after the others)
+                ax.barh(y, mean, color=members["colour"].iloc[0], alpha=0.85 if len(times) == len(members) else 0.35,
                         hatch="//" if members["name"].iloc[0] != members["paradigm"].iloc[0] else None,
                         edgecolor="white")
                 if len(times) > 1:
@@ -258,13 +350,12 @@ def time_to_target_figure(logs: list[RunLog], path: str, target: float) -> str:
                 ax.text(0, y, f" never reached {100 * target:g}% (final {100 * final:.1f}%)", va="center",
                         fontsize=8, color="tab:red")
         ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names)
+        ax.set_yticklabels([_wrapped(n, 24) for n in names], fontsize=8)
         ax.set_ylim(len(names) - 0.5, -0.5)
         ax.set_xlim(0, 1.8 * longest if longest else 1)
-        ax.set_xlabel(time_label(logs, f"time to {100 * target:g}% test accuracy"))
-        ax.set_title(_title(short[cluster], 75), fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_title(_title(titles.get(cluster, cluster), 75), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
     return _save(fig, path)
 
 
@@ -347,32 +438,66 @@ def segment_shares(rows: np.ndarray, edges: np.ndarray) -> dict[str, np.ndarray]
     return out
 
 
+def worker_nodes(log: RunLog) -> dict[int, str]:
+    """Each worker's host, where the run ran on several ({} otherwise:
+    the timeline then has no node to group by)."""
+    by_node = log.by_node()
+    if len(by_node) < 2:
+        return {}
+    return {r["index"]: host for host, ranks in by_node.items() for r in ranks if r["role"] == "worker"}
+
+
+def node_groups(log: RunLog) -> list[tuple[str, np.ndarray]]:
+    """The timeline's rows beyond TIMELINE_WORKERS workers on several
+    nodes: the workers of each node, as (label, workers), nodes in the
+    order of their first rank."""
+    nodes = worker_nodes(log)
+    hosts = list(dict.fromkeys(nodes.values()))
+    workers = [np.array(sorted(w for w, h in nodes.items() if h == host)) for host in hosts]
+    return [(f"{host} ({len(ws)} worker{'s' * (len(ws) > 1)})", ws) for host, ws in zip(hosts, workers)]
+
+
 def _draw_workers(ax, log: RunLog, lo: float, hi: float) -> list[str]:
-    """A Gantt row per worker; returns the rows' labels."""
+    """A Gantt row per worker, grouped by node where the run had several (a
+    line between nodes); returns the rows' labels."""
     it = log.iterations
-    workers = sorted(int(w) for w in np.unique(it["worker"]))
+    nodes = worker_nodes(log)
+    hosts = list(dict.fromkeys(nodes.values()))
+    workers = sorted((int(w) for w in np.unique(it["worker"])),
+                     key=lambda w: (hosts.index(nodes[w]) if w in nodes else 0, w))
+    row = {w: y for y, w in enumerate(workers)}
     factors = parse_slowdown(log.config.get("slowdown", ""))
     for w in workers:
         rows = it[it["worker"] == w]
         t = rows["start"].copy()
         for (_, fill, _), span in zip(SEGMENTS, _spans(rows).values()):
             keep = (t + span >= lo) & (t <= hi)
-            ax.broken_barh(list(zip(t[keep], span[keep])), (w - 0.35, 0.7), facecolors=fill)
+            ax.broken_barh(list(zip(t[keep], span[keep])), (row[w] - 0.35, 0.7), facecolors=fill)
             t = t + span
     for w, first, last, factor in straggler_spans(log):
-        ax.add_patch(plt.Rectangle((first, w - 0.5), last - first, 1.0, color="red", alpha=0.12, lw=0))
+        ax.add_patch(plt.Rectangle((first, row[w] - 0.5), last - first, 1.0, color="red", alpha=0.12, lw=0))
         if first < hi and last > lo:
-            ax.text(max(first, lo), w - 0.37, f" straggler x{factor:g}", color="red",
+            ax.text(max(first, lo), row[w] - 0.37, f" straggler x{factor:g}", color="red",
                     fontsize=7, va="bottom", clip_on=True)
-    return [f"worker {w}" + (f" (x{factors[w]:g})" if w < len(factors) else "") for w in workers]
+    for above, below in zip(workers, workers[1:]):
+        if nodes.get(above) != nodes.get(below):
+            ax.axhline(row[below] - 0.5, color="black", lw=0.8)
+    return [f"worker {w}" + (f" (x{factors[w]:g})" if w < len(factors) else "")
+            + (f" @ {nodes[w]}" if w in nodes else "") for w in workers]
+
+
+def _groups(log: RunLog) -> list[tuple[str, np.ndarray]]:
+    """The rows of a timeline of many workers: one per node where the run
+    had several, else one per speed class."""
+    return node_groups(log) if worker_nodes(log) else speed_classes(log)
 
 
 def _draw_classes(ax, log: RunLog, lo: float, hi: float) -> list[str]:
-    """A row per speed class: the mean share of each time bin its workers
+    """A row per node or speed class (`_groups`): the mean share of each time bin its workers
     spent in each segment, stacked (white: untimed, or finished); red
     along a row's top: a worker of the class straggling. Returns the labels."""
     it = log.iterations
-    classes = speed_classes(log)
+    classes = _groups(log)
     edges = np.linspace(lo, hi, TIMELINE_BINS + 1)
     spans = straggler_spans(log)
     for y, (_, workers) in enumerate(classes):
@@ -404,19 +529,22 @@ def _draw_timeline(ax, log: RunLog, lo: float, hi: float, per_worker: bool) -> N
 def timeline_figure(log: RunLog, path: str, window: tuple[float, float] | None = None) -> str:
     """Gantt chart, one row per worker, each iteration split into wait, pull,
     compute, emulated slowdown and push; transient stragglers shaded red.
-    Beyond TIMELINE_WORKERS workers, a row per speed class instead
+    Rows grouped by node where the run had several. Beyond
+    TIMELINE_WORKERS workers, a row per node or speed class instead
     (`_draw_classes`), so that a thousand workers stay readable. Top: the
     whole run; bottom: a window where single iterations show."""
     it = log.iterations
     lo, hi = window or default_window(log)
     workers = len(np.unique(it["worker"]))
     per_worker = workers <= TIMELINE_WORKERS
-    rows = workers if per_worker else len(speed_classes(log))
+    rows = workers if per_worker else len(_groups(log))
     panel = min(0.65 * rows, 7.5)   # inches: at most ~1,950 px in all
     fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 2.6 + 2 * panel), layout="constrained")
     _draw_timeline(whole, log, 0.0, float(_ends(it).max()), per_worker)
     whole.axvspan(lo, hi, color="black", alpha=0.08, lw=0)
-    rows_are = "worker" if per_worker else "speed class (mean share of each time bin)"
+    grouped = "node" if worker_nodes(log) else "speed class"
+    rows_are = (f"worker{', by node' if grouped == 'node' else ''}" if per_worker
+                else f"{grouped} (mean share of each time bin)")
     whole.set_title(_title(f"{log.name}: {run_label(log)}, {heterogeneity(log.config, short=True)}, "
                            f"{workers} workers, a row per {rows_are} (whole run; shaded: the window below)",
                            150), fontsize=10)
@@ -695,16 +823,18 @@ def dynamics_figure(log: RunLog, path: str) -> str | None:
 # all of it ------------------------------------------------------------------
 def plot_runs(run_dirs: list[str], out_dir: str, *, target: float | None = 0.9,
               window: tuple[float, float] | None = None, per_run: list[str] | None = None,
-              labels: dict[str, str] | None = None) -> list[str]:
+              labels: dict[str, str] | None = None, per_seed: bool = False) -> list[str]:
     """Every figure for these runs into out_dir; returns the files written.
     Timelines and dynamics only for the runs in `per_run` (default: all).
-    `labels` (run directory -> name): what the runs it names are called."""
+    `labels` (run directory -> name): what the runs it names are called.
+    `per_seed`: the accuracy figure draws every run, not each setting's mean."""
     os.makedirs(out_dir, exist_ok=True)
     logs = labelled([RunLog(d) for d in run_dirs], labels)
     for log in logs:   # drawn from what could be read, as summarize's rows
         if log.problems:
             print(f"plot: damaged run log {log.name}: {'; '.join(log.problems)}", file=sys.stderr)
-    written: list[str | None] = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target),
+    written: list[str | None] = [accuracy_figure(logs, os.path.join(out_dir, "accuracy.png"), target,
+                                                 per_seed=per_seed),
                staleness_figure(logs, os.path.join(out_dir, "staleness.png"))]
     if target is not None:
         written.append(time_to_target_figure(logs, os.path.join(out_dir, "time_to_target.png"), target))
@@ -730,12 +860,14 @@ def _window(text: str) -> tuple[float, float]:
 
 
 def main(argv=None, prog: str | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory, or a directory of them")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="where the PNG files go")
     p.add_argument("--target", type=number_in(0, 1, low_open=True), default=0.9, help="accuracy line drawn on the accuracy plot")
     p.add_argument("--window", type=_window, metavar="START:END",
                    help="timeline window in seconds (default: the first ~40 iterations of the slowest worker)")
+    p.add_argument("--per-seed", action="store_true",
+                   help="accuracy.png: a line per run (seeds in line styles) instead of each setting's mean and band")
     args = p.parse_args(argv)
     try:
         runs = find_runs(args.runs)
@@ -743,7 +875,7 @@ def main(argv=None, prog: str | None = None) -> int:
         print(f"plot: {e}", file=sys.stderr)
         return 2
     try:
-        for path in plot_runs(runs, args.out, target=args.target, window=args.window):
+        for path in plot_runs(runs, args.out, target=args.target, window=args.window, per_seed=args.per_seed):
             print(path)
     except LogError as e:   # a run.h5 that cannot be read: one line, as info and summarize
         print(f"plot: {e}", file=sys.stderr)

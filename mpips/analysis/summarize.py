@@ -25,15 +25,18 @@ import textwrap
 
 import pandas as pd
 
-from ..io.log import RunLog
-from ..training.emulation import format_slowdown, parse_slowdown
+from ..heterogeneity import format_slowdown, parse_slowdown, parse_stragglers
+from ..io.log import RunLog, time_to_target
+from ..paradigms import option_specs
 from ..validate import number_in
+from .placement import nodes_label
 
 # (key, header, format) of the table's columns, in order; `{target}` is filled in.
 COLUMNS = [
     ("run", "run", "s"),
     ("paradigm", "paradigm", "s"),
     ("layout", "S+G+W", "s"),
+    ("nodes", "nodes", "s"),
     ("workload", "model on data", "s"),
     ("heterogeneity", "heterogeneity", "s"),
     ("settings", "settings", "s"),
@@ -60,10 +63,10 @@ NUMERIC = ["time_to_target", "epochs_to_target", "final_accuracy", "best_accurac
            "updates_per_second", "samples_per_second", "mean_wait_fraction", "mean_staleness",
            "max_staleness", "mean_tau", "mean_async_factor", "bytes_sent"]
 # A mean pools the runs alike in all of these: their settings but the seed.
-GROUP_BY = ("paradigm", "layout", "workload", "heterogeneity", "clock", "settings")
+GROUP_BY = ("paradigm", "layout", "nodes", "workload", "heterogeneity", "clock", "settings")
 # Identify the runs rather than measure them: a compacted text table shows those
 # every row shares in one line under the table.
-DESCRIPTIVE = ("paradigm", "layout", "workload", "heterogeneity", "settings", "clock")
+DESCRIPTIVE = ("paradigm", "layout", "nodes", "workload", "heterogeneity", "settings", "clock")
 WIDTH = 160   # characters: a terminal's width, about
 CELL = 40     # characters: a longer cluster is given in a short form in titles
 MIN_CELL = 12   # characters a compacted table narrows a text column to, at the most
@@ -146,7 +149,7 @@ def heterogeneity(config: dict, short: bool = False) -> str:
             text = f"{len(set(factors))} factors {min(factors):g} to {max(factors):g}"
         parts.append(f"slowdown {text}")
     if config.get("straggler"):
-        stragglers = config["straggler"].split(",")
+        stragglers = parse_stragglers(config["straggler"])
         many = short and len(config["straggler"]) > CELL
         parts.append(f"{len(stragglers)} stragglers" if many else f"straggler {config['straggler']}")
     if config.get("random_stragglers"):
@@ -176,9 +179,13 @@ def settings(log: RunLog) -> dict:
 
 def differing_settings(runs: list[dict], skip=()) -> list[str]:
     """The keys of these `settings` whose values are not the same in all,
-    in their order, less `skip` (a key one run lacks differs)."""
+    in their order, less `skip`. A key one run lacks differs, unless it is a
+    paradigm's own setting: a run of another paradigm has none of its
+    settings, and it is compared among the runs that have it."""
     keys = [k for k in dict.fromkeys(k for s in runs for k in s) if k not in skip]
-    return [k for k in keys if len({repr(s.get(k)) for s in runs}) > 1]
+    owned = {name for own in option_specs().values() for name in own}
+    return [k for k in keys
+            if len({repr(s.get(k)) for s in runs if k in s or k not in owned}) > 1]
 
 
 def settings_label(run: dict, keys: list[str]) -> str:
@@ -197,14 +204,17 @@ def _setting(value) -> str:
     return "-" if value is None else str(value) or "none"
 
 
-def run_row(log: RunLog, target: float) -> dict:
-    """One run as a row of the table (`table` adds its `settings`)."""
+def run_row(log: RunLog, target: float, evaluations: int = 1) -> dict:
+    """One run as a row of the table (`table` adds its `settings`); its time
+    to the target: when the mean of `evaluations` evaluations reached it
+    (`mpips compare`: 3, as `mpips plan`)."""
     s = log.summary()
-    reached = log.time_to_accuracy(target)
+    reached = log.time_to_accuracy(target, evaluations)
     return {
         "run": log.name,
         "paradigm": run_label(log),
         "layout": layout_label(log.layout),
+        "nodes": nodes_label(log.by_node()),
         "workload": workload(log),
         "heterogeneity": heterogeneity(log.config),
         "clock": clock(log),
@@ -212,17 +222,17 @@ def run_row(log: RunLog, target: float) -> dict:
         "status": log.status,
         "damage": "; ".join(log.problems),   # rank files missing, truncated, unreadable
         "time_to_target": reached,
-        "epochs_to_target": log.epochs_to_accuracy(target),
+        "epochs_to_target": time_to_target(log.evaluations["epoch"], log.evaluations["accuracy"], target, evaluations),
         **{k: s[k] for k in NUMERIC if k not in ("time_to_target", "epochs_to_target")},
     }
 
 
-def table(run_dirs: list[str], target: float, labels: dict[str, str] | None = None):
+def table(run_dirs: list[str], target: float, labels: dict[str, str] | None = None, evaluations: int = 1):
     """One row per run (a DataFrame; NaN where a run has no value); `settings`:
     what differs between these runs beyond the other columns and the seed.
     `labels` (run directory -> name): the `paradigm` of the runs it names."""
     logs = labelled([RunLog(d) for d in run_dirs], labels)
-    frame = pd.DataFrame([run_row(log, target) for log in logs])
+    frame = pd.DataFrame([run_row(log, target, evaluations) for log in logs])
     every = [settings(log) for log in logs]
     keys = shown_settings(logs, every, skip=OWN_COLUMNS)
     if logs:
@@ -257,8 +267,9 @@ def _none(v):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def rows(run_dirs: list[str], target: float, labels: dict[str, str] | None = None) -> list[dict]:
-    return records(table(run_dirs, target, labels))
+def rows(run_dirs: list[str], target: float, labels: dict[str, str] | None = None,
+         evaluations: int = 1) -> list[dict]:
+    return records(table(run_dirs, target, labels, evaluations))
 
 
 def mean_rows(table: list[dict]) -> list[dict]:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import Config
-from ..training.emulation import DeviceTime
+from ..heterogeneity import DeviceTime
 from .profile import Apply, ClusterProfile, Network, Stragglers, WorkerProfile
 
 STRAGGLE = 1.5        # an iteration this many times its worker's usual is straggling (at least)
@@ -60,7 +60,7 @@ def probe_settings(config: Config, seconds: float, out: str) -> list[Config]:
         config, batch_size=size, device_time=device_time, paradigm=paradigm, compressor=compressor, topk_ratio=0.01,
         time_limit=seconds / len(runs), epochs=LONG, iterations=0, budget="global",
         eval_every=LONG, seed=config.seed + k, run_dir=os.path.join(out, f"probe-{k}-{paradigm}-b{size}"),
-        overwrite=True, checkpoint_every=0.0, lbbsp_refine=False)
+        overwrite=True, checkpoint_every=0.0)
         for k, (size, paradigm, compressor) in enumerate(runs)]
 
 

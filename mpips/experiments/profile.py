@@ -27,12 +27,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..training.emulation import DeviceTime, format_slowdown
+from ..heterogeneity import MAX_EXPONENT, MAX_FACTOR, MAX_ITERATION, MAX_SECONDS, DeviceTime, format_slowdown
+from ..settings import MAX_WORKERS
 from ..validate import ConfigError
 
 
-def _number(low: float, *, low_open: bool = False, high: float = math.inf, help: str = ""):
-    return {"low": low, "low_open": low_open, "high": high, "help": help}
+def _number(low: float, *, low_open: bool = False, high: float = math.inf, interval: bool = False):
+    """A field's bounds; `interval`: said as [low, high] (a fraction), else as >= low, at most high."""
+    return {"low": low, "low_open": low_open, "high": high, "interval": interval}
 
 
 @dataclass(frozen=True)
@@ -40,26 +42,26 @@ class Stragglers:
     """Transient stragglers: each iteration not already slowed starts a straggle
     with probability `rate`, lasting a geometric number of iterations of mean
     `length`, `factor` times slower (--random-stragglers rate:length:factor)."""
-    rate: float = field(default=0.0, metadata=_number(0.0, high=1.0))
-    length: float = field(default=1.0, metadata=_number(1.0))
-    factor: float = field(default=1.0, metadata=_number(1.0))
+    rate: float = field(default=0.0, metadata=_number(0.0, high=1.0, interval=True))
+    length: float = field(default=1.0, metadata=_number(1.0, high=MAX_ITERATION))
+    factor: float = field(default=1.0, metadata=_number(1.0, high=MAX_FACTOR))
 
 
 @dataclass(frozen=True)
 class Network:
     """A pull or a push: latency + bytes / bandwidth, plus a random delay of
     mean jitter (--sim-latency, --sim-bandwidth, --sim-jitter)."""
-    latency: float = field(default=20e-6, metadata=_number(0.0))
+    latency: float = field(default=20e-6, metadata=_number(0.0, high=MAX_SECONDS))
     bandwidth: float = field(default=10e9, metadata=_number(0.0, low_open=True))
-    jitter: float = field(default=2e-4, metadata=_number(0.0))
+    jitter: float = field(default=2e-4, metadata=_number(0.0, high=MAX_SECONDS))
 
 
 @dataclass(frozen=True)
 class Apply:
     """A server's step: fixed + per_push x pushes summed, beyond moving the
     pushes' bytes at the network's bandwidth (--sim-apply, --sim-apply-per-push)."""
-    fixed: float = field(default=2e-4, metadata=_number(0.0))
-    per_push: float = field(default=0.0, metadata=_number(0.0))
+    fixed: float = field(default=2e-4, metadata=_number(0.0, high=MAX_SECONDS))
+    per_push: float = field(default=0.0, metadata=_number(0.0, high=MAX_SECONDS))
 
 
 @dataclass(frozen=True)
@@ -83,10 +85,11 @@ class ClusterProfile:
         """The `mpips simulate` settings (Config fields) of this cluster for a
         run of `batch_size` samples per worker and iteration."""
         times = [w.seconds(batch_size) for w in self.workers]
-        fastest = self.workers[times.index(min(times))]
+        least = min(times)   # once, not per worker: O(W), for 100,000 workers too
+        fastest = self.workers[times.index(least)]
         base = dataclasses.replace(fastest.device_time, a=fastest.slowdown * fastest.device_time.a,
                                    c=fastest.slowdown * fastest.device_time.c)
-        factors = [max(1.0, t / min(times)) for t in times]   # max: a rounding below 1 is 1
+        factors = [max(1.0, t / least) for t in times]   # max: a rounding below 1 is 1
         stragglers = [dataclasses.astuple(w.stragglers) for w in self.workers]
         if len(set(stragglers)) == 1:
             stragglers = stragglers[:1]
@@ -167,10 +170,12 @@ def parse(data: Any) -> ClusterProfile:
         where = f"workers[{k}]"
         _keys(entry, where, ("device_time", "slowdown", "stragglers", "count"), required=("device_time",))
         count = entry.get("count", 1)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise _Bad(f"{where}.count", count, "an integer >= 1")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_WORKERS - len(workers):
+            # checked before the list grows by it (a count of 10**12 would take all the memory)
+            raise _Bad(f"{where}.count", count, f"an integer >= 1, at most {MAX_WORKERS} workers in all")
         worker = WorkerProfile(_device_time(entry["device_time"], f"{where}.device_time"),
-                               _value(entry.get("slowdown", 1.0), f"{where}.slowdown", _number(1.0)),
+                               _value(entry.get("slowdown", 1.0), f"{where}.slowdown",
+                                      _number(1.0, high=MAX_FACTOR)),
                                _section(Stragglers, entry.get("stragglers", {}), f"{where}.stragglers"))
         workers += [worker] * count
     return ClusterProfile(tuple(workers), _section(Network, data.get("network", {}), "network"),
@@ -195,8 +200,10 @@ def _value(value: Any, where: str, rule: Mapping) -> float:
         ok = (value > rule["low"] if rule["low_open"] else value >= rule["low"]) and value <= rule["high"]
     if not ok:
         bounds = f"{'>' if rule['low_open'] else '>='} {rule['low']:g}"
-        if rule["high"] < math.inf:
-            bounds = f"in [{rule['low']:g}, {rule['high']:g}]"
+        if rule["interval"]:
+            bounds = f"in {'(' if rule['low_open'] else '['}{rule['low']:g}, {rule['high']:g}]"
+        elif rule["high"] < math.inf:
+            bounds += f", at most {rule['high']:g}"
         raise _Bad(where, value, f"a finite number {bounds}")
     return float(value)
 
@@ -210,9 +217,9 @@ def _section(cls, data: Any, where: str):
 
 def _device_time(data: Any, where: str) -> DeviceTime:
     _keys(data, where, ("a", "c", "p"))
-    model = DeviceTime(_value(data.get("a", 0.0), f"{where}.a", _number(0.0)),
-                       _value(data.get("c", 0.0), f"{where}.c", _number(0.0)),
-                       _value(data.get("p", 1.0), f"{where}.p", _number(0.0, low_open=True)))
+    model = DeviceTime(_value(data.get("a", 0.0), f"{where}.a", _number(0.0, high=MAX_SECONDS)),
+                       _value(data.get("c", 0.0), f"{where}.c", _number(0.0, high=MAX_SECONDS)),
+                       _value(data.get("p", 1.0), f"{where}.p", _number(0.0, low_open=True, high=MAX_EXPONENT)))
     if model.seconds(1) <= 0:
         raise _Bad(where, data, "a + c must be > 0 (seconds of an iteration)")
     return model

@@ -4,23 +4,25 @@
     PARADIGM[+COMPRESSOR][:SETTING=VALUE...]
 
 e.g. `bsp`, `gssp+gdtopk`, `ssp:staleness=1`,
-`localsgd:local_mode=async:dylu=true:delayed_nesterov=8`. A SETTING is any
-train setting (a Config field, `-` or `_`) but those set per run (paradigm,
-seed, run_dir); its VALUE is read as the field's type and checked against its
-allowed values. Every error is one line naming the option, the entry, the
+`localsgd:local_mode=async:dylu=true:delayed_nesterov=8`. A SETTING is a
+shared train setting (a Config field, `-` or `_`) but those set per run
+(paradigm, seed, run_dir), or one of PARADIGM's own options; its VALUE is
+read as the setting's type and checked against what it allows. Every error is one line naming the option, the entry, the
 setting and what is allowed (OptionError); a value the configuration rejects
 later (staleness=-1, dylu=true in sync mode) names the entry too (`blame`).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
+import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..config import COMPRESSORS, Config, ConfigError, coerce, field_types
-from ..paradigms import available
+from ..config import COMPRESSORS, SHARED, ConfigError
+from ..paradigms import available, options_class
+from ..settings import specs
 
 PER_RUN = ("paradigm", "seed", "run_dir")   # each run of a setup gets these from its comparison
 
@@ -31,10 +33,6 @@ class OptionError(ValueError):
 
     def __init__(self, option: str, value: str, allowed: str):
         super().__init__(f"invalid {option} {value!r}: {allowed}")
-
-
-def _choices() -> dict[str, tuple]:
-    return {f.name: f.metadata["choices"] for f in dataclasses.fields(Config) if "choices" in f.metadata}
 
 
 _S = TypeVar("_S", bound="Setup")
@@ -57,7 +55,7 @@ class Setup:
                                                 f"{', '.join(available())}, COMPRESSOR one of "
                                                 f"{', '.join(COMPRESSORS[1:])}; e.g. gssp+gdtopk, ssp:staleness=1")
         settings: dict[str, Any] = {"paradigm": paradigm, **({"compressor": compressor} if plus else {})}
-        types, choices = field_types(), _choices()
+        known = {**SHARED, **specs(options_class(paradigm))}
         for item in items:
             key, eq, value = item.partition("=")
             key, value = key.strip().replace("-", "_"), value.strip()
@@ -65,19 +63,23 @@ class Setup:
                 raise OptionError(cls.OPTION, text, f"{item!r}: SETTING=VALUE, e.g. ssp:staleness=1")
             if key in PER_RUN:
                 raise OptionError(cls.OPTION, text, f"{key}: set per run, not by an entry")
-            if key not in types:
-                near = difflib.get_close_matches(key, list(types), n=1)
+            if key not in known:
+                near = difflib.get_close_matches(key, list(known), n=1)
                 raise OptionError(cls.OPTION, text, f"unknown setting {key!r}"
                                                     + (f" (did you mean {near[0]}?)" if near else "")
-                                                    + "; any train setting (`mpips train --help`)")
+                                                    + f"; any train setting shared by every paradigm, or one "
+                                                      f"of {paradigm}'s own (`mpips train --help`)")
             if key in settings:
                 raise OptionError(cls.OPTION, text, f"{key} given twice")
             try:
-                settings[key] = coerce(key, value)
+                settings[key] = known[key].coerce(value)
             except ConfigError as e:
                 raise OptionError(cls.OPTION, text, f"{key}: {e.allowed}") from None
-            if key in choices and settings[key] not in choices[key]:
-                raise OptionError(cls.OPTION, text, f"{key}: allowed: {', '.join(choices[key])}")
+            try:
+                known[key].check(settings[key])
+            except ConfigError as e:
+                shown = key if known[key].choices is not None else f"{key}={settings[key]!r}"
+                raise OptionError(cls.OPTION, text, f"{shown}: {e.allowed}") from None
         return cls(text, settings)
 
     @contextlib.contextmanager
@@ -94,5 +96,14 @@ class Setup:
 
 
 def file_name(name: str) -> str:
-    """An entry as part of a run directory's name: ssp:staleness=1 -> ssp-staleness1."""
-    return name.replace(":", "-").replace("=", "")
+    """An entry as part of a run directory's name: ssp:staleness=1 ->
+    ssp-staleness1. Only letters, digits and `._+-` are kept, so that no name
+    leaves the folder it is made in (`bsp:data_dir=../x` made a run name
+    that resolved outside `--runs`, and `/abs/path` one that did not exist);
+    an entry that had other characters gets a hash of its text, so that two
+    such entries never share a name."""
+    kept = name.replace(":", "-").replace("=", "")
+    safe = re.sub(r"(?:[^A-Za-z0-9._+-]|\.\.+)+", "_", kept).strip("._") or "entry"
+    if safe == kept:
+        return safe
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"

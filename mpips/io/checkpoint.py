@@ -35,7 +35,7 @@ import h5py
 import numpy as np
 import torch
 
-from .log import written_whole
+from .durable import written_whole
 
 KEEP = 2                # newest checkpoints kept
 FORMAT = "mpips-checkpoint-1"

@@ -7,13 +7,14 @@ The configuration's choices for `paradigm` are this registry's names.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
-from ..validate import ConfigError, coerce_to
-from .base import Paradigm, Push
+from ..settings import PLAIN, Spec, setting, specs
+from ..validate import ConfigError
+from .base import Options, Paradigm, Push
 from .gates import PASS, Gate, bounded_gate, own_writes_gate
 from .view import MODE_ASP, MODE_BSP, ClusterView
 
@@ -33,32 +34,26 @@ REGISTRY: dict[str, str | type[Paradigm]] = {
 BUILT_IN = tuple(REGISTRY)
 
 
-@dataclass(frozen=True)
-class Option:
-    """A registered paradigm's own setting (`paradigm_options` of the configuration)."""
-
-    default: Any
-    help: str = ""
-
-    @property
-    def type(self) -> type:
-        return type(self.default)
-
-
-OPTIONS: dict[str, dict[str, Option]] = {}   # name -> its options (registered paradigms only)
+OPTIONS: dict[str, type[Options]] = {}   # name -> its options' class (registered paradigms)
+# Names no option may take: the shared settings (mpips.config adds them as it
+# is imported; it imports this package, not the other way round).
+RESERVED: set[str] = {"paradigm_options"}
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
-_OPTION_TYPES = (bool, int, float, str)
+_OPTION = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 def register_paradigm(name: str, cls: type, *, options: dict[str, Any] | None = None,
                       replace: bool = False) -> type:
-    """Make `cls` (a `Paradigm` subclass) the paradigm `name`, with its own
-    `options`: {option: default} or {option: (default, help)}, defaults of
-    type bool, int, float or str. A run selects it with `paradigm=name` and
-    sets its options with `paradigm_options` ('key=value,...' or a mapping);
-    the paradigm reads them, defaults filled in, as `self.options`. Under
-    MPI, every rank must register it (the same file runs on every rank).
-    Returns `cls`, so it also works as a decorator's body."""
+    """Make `cls` (a `Paradigm` subclass) the paradigm `name`. Its own
+    settings are `cls.Options`, a frozen dataclass subclass of
+    `mpips.paradigms.Options` whose fields are made by `mpips.settings.setting`
+    (or plain: `period: int = 2`); or, the older form, `options`: {option:
+    default} or {option: (default, help)}, defaults of type bool, int, float
+    or str. Each becomes a flag (`--period 3`), a YAML key and a keyword of
+    `mpips.train`, typed and checked; `paradigm_options` ('key=value,...' or
+    a mapping) sets them too. The paradigm reads them as `self.options`.
+    Under MPI, every rank must register it (the same file runs on every
+    rank). Returns `cls`, so it also works as a decorator's body."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"paradigm name {name!r}: lower-case letters, digits, '_' and '-', "
                          f"starting with a letter")
@@ -67,18 +62,41 @@ def register_paradigm(name: str, cls: type, *, options: dict[str, Any] | None = 
                          + ("" if name in BUILT_IN else " (replace=True to replace it)"))
     if not (isinstance(cls, type) and issubclass(cls, Paradigm)):
         raise TypeError(f"paradigm {name!r}: {cls!r} is not a subclass of mpips.paradigms.Paradigm")
-    parsed = {}
-    for key, spec in (options or {}).items():
-        default, help_ = spec if isinstance(spec, tuple) else (spec, "")
-        if not isinstance(key, str) or not re.match(r"^[a-z_][a-z0-9_]*$", key):
+    own = _options_of_mapping(name, options) if options else cls.Options
+    if not (isinstance(own, type) and issubclass(own, Options) and dataclasses.is_dataclass(own)
+            and own.__dataclass_params__.frozen):   # type: ignore[attr-defined]
+        raise TypeError(f"paradigm {name!r}: its Options {own!r} must be a frozen dataclass "
+                        f"subclass of mpips.paradigms.Options")
+    fields = {f.name: f for f in dataclasses.fields(own)}
+    for key in specs(own):
+        if not _OPTION.match(key):
             raise ValueError(f"paradigm {name!r}: option name {key!r} must be a lower-case identifier")
-        if type(default) not in _OPTION_TYPES:
+        if key in RESERVED:
+            raise ValueError(f"paradigm {name!r}: option {key!r} is a shared setting; name it otherwise")
+        fields.pop(key)
+    if fields:
+        raise TypeError(f"paradigm {name!r}: option {next(iter(fields))!r} must have a default of type "
+                        f"bool, int, float or str")
+    REGISTRY[name] = cls
+    OPTIONS[name] = own
+    return cls
+
+
+def _options_of_mapping(name: str, options: dict[str, Any]) -> type[Options]:
+    """{option: default or (default, help)} as an Options dataclass."""
+    fields = []
+    for key, spec in options.items():
+        default, help_ = spec if isinstance(spec, tuple) else (spec, "")
+        if not isinstance(key, str) or not _OPTION.match(key):
+            raise ValueError(f"paradigm {name!r}: option name {key!r} must be a lower-case identifier")
+        if key in RESERVED:
+            raise ValueError(f"paradigm {name!r}: option {key!r} is a shared setting; name it otherwise")
+        if type(default) not in PLAIN:
             raise TypeError(f"paradigm {name!r}: option {key!r} default {default!r} must be "
                             f"a bool, int, float or str")
-        parsed[key] = Option(default, str(help_))
-    REGISTRY[name] = cls
-    OPTIONS[name] = parsed
-    return cls
+        fields.append((key, type(default), setting(default, str(help_))))
+    return dataclasses.make_dataclass(f"{name.title().replace('-', '')}Options", fields,
+                                      bases=(Options,), frozen=True)
 
 
 def unregister_paradigm(name: str) -> None:
@@ -101,23 +119,23 @@ def paradigm_class(name: str) -> type[Paradigm]:
     return entry
 
 
-def parse_options(paradigm: str, text: str) -> dict[str, Any]:
-    """`paradigm_options` text ('key=value,...') as {option: value} with the
-    registered defaults filled in; ConfigError names what is wrong."""
-    known = OPTIONS.get(paradigm, {})
-    values = {k: o.default for k, o in known.items()}
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        key, eq, raw = item.partition("=")
-        key = key.strip()
-        if not eq or not key:
-            raise ConfigError("paradigm_options", text, "entries key=value, e.g. threshold=0.5")
-        if key not in known:
-            allowed = ", ".join(known) if known else "none (only a registered paradigm has options)"
-            raise ConfigError("paradigm_options", text, f"unknown option {key!r} of paradigm "
-                              f"{paradigm}; its options: {allowed}")
-        values[key] = coerce_to(known[key].type, "paradigm_options", raw.strip(),
-                                shown=f"{key}={raw.strip()}")
-    return values
+def options_class(name: str) -> type[Options]:
+    """The class of paradigm `name`'s own settings."""
+    return OPTIONS.get(name) or paradigm_class(name).Options
+
+
+def option_specs() -> dict[str, dict[str, Spec]]:
+    """Every registered paradigm's own settings: {paradigm: {option: Spec}}."""
+    return {name: specs(options_class(name)) for name in REGISTRY}
+
+
+def options_markdown() -> str:
+    """Every registered paradigm's own settings as a Markdown table (docs/paradigms.md's)."""
+    rows = ["| paradigm | flag (YAML key, keyword: with `_`) | default | takes | meaning |",
+            "|---|---|---|---|---|"]
+    for paradigm, own in option_specs().items():
+        rows += [f"| `{paradigm}` | `{s.flag}` | `{s.default!r}` | {s.takes()} | {s.help} |" for s in own.values()]
+    return "\n".join(rows) + "\n"
 
 
 def make_paradigm(config, num_workers: int) -> Paradigm:
@@ -128,6 +146,7 @@ def make_paradigm(config, num_workers: int) -> Paradigm:
     return paradigm_class(config.paradigm)(config, num_workers)
 
 
-__all__ = ["REGISTRY", "OPTIONS", "Option", "available", "make_paradigm", "paradigm_class",
-           "parse_options", "register_paradigm", "unregister_paradigm", "ClusterView", "Gate",
+__all__ = ["REGISTRY", "OPTIONS", "Options", "available", "make_paradigm", "option_specs", "options_class",
+           "options_markdown",
+           "paradigm_class", "register_paradigm", "unregister_paradigm", "ClusterView", "Gate",
            "Paradigm", "Push", "PASS", "MODE_BSP", "MODE_ASP", "own_writes_gate", "bounded_gate"]

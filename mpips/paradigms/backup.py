@@ -25,21 +25,39 @@ smaller by the samples missing. b = 0 is BSP: the same gate, rounds and scale.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from .base import Push, Take
+from ..settings import MAX_WORKERS, setting
+from ..validate import ConfigError
+from .base import Options, Push, Take
 from .bsp import BSP
 from .gates import own_writes_gate
 
 
+@dataclass(frozen=True)
+class BackupOptions(Options):
+    backup_workers: int = setting(1, "b of the W workers are backups; a round is applied once its first "
+                                     "W - b pushes are in, the rest dropped (0 = BSP)", low=0, high=MAX_WORKERS)
+    grace_window: float = setting(0.0, "seconds the server waits, once a round's first W - b pushes are "
+                                       "in, for more of that round (0 = none)", low=0.0, high=3600.0)
+
+    def check_workers(self, workers: int) -> None:
+        if self.backup_workers >= workers:
+            raise ConfigError("backup_workers", self.backup_workers,
+                              f"must be an integer in [0, {workers - 1}] (fewer than the {workers} workers)")
+
+
 class Backup(BSP):
     name = "backup"
+    Options = BackupOptions
 
     def __init__(self, config, num_workers: int):
         super().__init__(config, num_workers)
-        self.backups = config.backup_workers
+        self.backups = self.options.backup_workers
         self.quorum = num_workers - self.backups
-        self.grace = config.grace_window
+        self.grace = self.options.grace_window
         self.rounds: dict[int, int] = {}   # worker -> the round its next push is for
 
     def gate(self, worker, view):
@@ -72,8 +90,8 @@ class Backup(BSP):
         # dropped once every server applied its round: until then a push of a
         # round server 0 applied waits (server 0 is never a round ahead)
         late = waiting & (rounds < view.steps)
-        current = waiting & (rounds == view.server_steps[self.server])
-        if self.server:
+        current = waiting & (rounds == view.server_steps[view.server])
+        if view.server:
             return self._follow(view, late, current, rounds)
         apply = np.zeros_like(current)
         # every worker that could still push for this round has
@@ -96,7 +114,7 @@ class Backup(BSP):
         """Another server applies the pushes server 0 applied in the round it
         is at: those server 0 counted once it is a step ahead (it drops none
         of them before this server has applied them)."""
-        if view.server_steps[0] > view.server_steps[self.server]:
+        if view.server_steps[0] > view.server_steps[view.server]:
             apply = current & (view.server_applied[0] >= view.clocks)
         else:
             apply = np.zeros_like(current)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from numbers import Integral
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from ..validate import ConfigError
 from .gates import Gate, own_writes_gate
+from .steps import ConfiguredRule, GradientSteps, UpdateRule, WorkerLoop
 from .view import ClusterView
 
 
@@ -59,6 +60,28 @@ def counted(paradigm: str, hook: Callable[..., Any], *args, least: int = 1) -> i
     return int(value)
 
 
+@dataclass(frozen=True)
+class Options:
+    """A paradigm's own settings: a subclass declares them as fields made by
+    `mpips.settings.setting` (default, help, allowed values, bounds), and the
+    flags, YAML keys, `mpips.train` keywords and `mpips compare` entries are
+    made from it. The configuration (`Config.options`) holds the selected
+    paradigm's, each checked against its declaration; these hooks add the
+    checks that involve several settings or the number of workers."""
+
+    def check(self) -> None:
+        """A ConfigError naming the setting unless these options go together
+        (DSSP's s_H >= s_L); also run on another paradigm's options a
+        configuration is given (a comparison's shared flags)."""
+
+    def check_with(self, config) -> None:
+        """A ConfigError naming the setting unless these options go with the
+        shared settings `config` (e.g. Local SGD's budget must be global)."""
+
+    def check_workers(self, workers: int) -> None:
+        """A ConfigError naming the setting unless these options suit `workers` workers."""
+
+
 @dataclass
 class Push:
     """What the paradigm decides for one push: the factor the gradient is
@@ -87,26 +110,23 @@ class Take:
 
 
 class Paradigm:
-    """Base class. Subclasses override what differs from plain ASP."""
+    """Base class. Subclasses override what differs from plain ASP, and
+    declare their own settings as `Options` (a frozen dataclass; the
+    configuration's `options` is an instance of it, read here as `self.options`)."""
 
     name = "base"
+    Options: ClassVar[type[Options]] = Options
     wants_exact_distance = False   # the worker measures ||w_now - w_read|| for push()
-    # Workers take local steps with an optimizer of their own and push
-    # pseudo-gradients (runtime/roles/local_worker.py); the servers apply the outer rule.
-    local_sgd = False
     # Some pushes are applied as they arrive, each on parameters it was not
     # computed on: the servers apply `async_rule` to them (not within a
     # synchronous round: `synchronous`), and a DC rule's pushes carry their read.
     asynchronous = True
-    server = 0   # on a server's rank: which server this object answers for (runtime/roles/server.py sets it)
 
     def __init__(self, config, num_workers: int):
         self.config = config
         self.num_workers = num_workers
         self.iterations = 0   # per worker; set by the runtime before the first gate
-        # a registered paradigm's own options (mpips.register_paradigm), defaults filled in
-        values = getattr(config, "paradigm_option_values", None)
-        self.options: dict[str, Any] = values() if values else {}
+        self.options = config.options   # this paradigm's own settings (an instance of its Options)
 
     def set_iterations(self, iterations: int) -> None:
         """The run's iterations per worker, known once the data is loaded
@@ -124,8 +144,17 @@ class Paradigm:
         return self.config.batch_size
 
     def local_steps(self, worker: int, view: ClusterView) -> int:
-        """Local steps of `worker`'s next push (a paradigm with `local_sgd`)."""
+        """Local steps of `worker`'s next push (under the worker loop LocalSteps)."""
         return 1
+
+    def worker_loop(self) -> WorkerLoop:
+        """What its workers do between a pull and a push (paradigms/steps.py)."""
+        return GradientSteps()
+
+    def update_rule(self) -> UpdateRule:
+        """What its servers do with the summed pushes (paradigms/steps.py);
+        a second level's global servers sum the groups' deltas whatever this says."""
+        return ConfiguredRule()
 
     @classmethod
     def group_servers(cls, config) -> int:

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Paradigm
+from ..settings import setting
+from ..validate import ConfigError
+from .base import Options, Paradigm
 from .gates import Gate, bounded_gate
 from .view import ClusterView
 
@@ -67,13 +70,28 @@ def closest_meeting(first_f: float, interval_f: float, first_s: float, interval_
     return best_k
 
 
+MAX_RANGE = 10_000   # s_H: the controller looks at r_max + 1 predicted pushes on every call
+
+
+@dataclass(frozen=True)
+class DSSPOptions(Options):
+    staleness_low: int = setting(3, "the lower bound s_L", low=0, high=MAX_RANGE)
+    staleness_high: int = setting(15, "the upper bound s_H", low=0, high=MAX_RANGE)
+
+    def check(self) -> None:
+        if self.staleness_high < self.staleness_low:
+            raise ConfigError("staleness_high", self.staleness_high,
+                              f"must be >= staleness_low ({self.staleness_low})")
+
+
 class DSSP(Paradigm):
     name = "dssp"
+    Options = DSSPOptions
 
     def __init__(self, config, num_workers):
         super().__init__(config, num_workers)
-        self.low = config.staleness_low
-        self.high = config.staleness_high
+        self.low = self.options.staleness_low
+        self.high = self.options.staleness_high
         self.r_max = self.high - self.low
         self.credits = np.zeros(num_workers, dtype=np.int64)   # r_i
         # worker -> (clock, bound, event) of the decision made at that clock

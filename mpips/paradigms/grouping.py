@@ -12,14 +12,40 @@ share a group, differently in every run.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from ..settings import MAX_COUNT, MAX_WORKERS, setting
 from ..validate import ConfigError
+from .base import Options
 
 GROUPINGS = ("equal", "kmeans")
 SAME_SPEED = 0.05   # relative: times up to 5% above the fastest of their class are its equals
+
+
+@dataclass(frozen=True)
+class GroupOptions(Options):
+    """The settings of a second level of servers, one per group of workers,
+    which the runtime sets up and runs (mpips/runtime/job/levels.py) for a
+    paradigm whose `group_servers` is not 0: its options are these, or a
+    subclass (GSSP's)."""
+
+    groups: int = setting(2, "number of worker groups", low=1, high=MAX_WORKERS)
+    exchange_every: int = setting(0, "pushes between exchanges with the global servers; 0 = group size",
+                                  low=0, high=MAX_COUNT)
+    grouping: str = setting("equal", "how speeds are cut into groups", choices=GROUPINGS)
+    group_assignment: str = setting("", "explicit groups, e.g. '0,1;2,3' (workers by index)")
+    profile_iterations: int = setting(3, "iterations profiled before grouping", low=1, high=10_000)
+
+
+def group_options(config) -> GroupOptions:
+    """The options of `config`'s paradigm, which runs group servers: a GroupOptions."""
+    if not isinstance(config.options, GroupOptions):
+        raise ConfigError("paradigm", config.paradigm, "runs group servers, so its Options must be a "
+                                                       "mpips.paradigms.grouping.GroupOptions")
+    return config.options
 
 
 def validate_layout(workers: int, groups: int) -> None:
@@ -149,15 +175,16 @@ def parse_assignment(text: str, workers: int, groups: int) -> list[list[int]]:
     return out
 
 
-def make_groups(cfg, workers: int, iter_times: Sequence[float] | np.ndarray | None = None) -> list[list[int]]:
-    """The groups of a run: `cfg.group_assignment` if given, else by measured speed."""
-    if cfg.group_assignment:
-        return parse_assignment(cfg.group_assignment, workers, cfg.groups)
+def make_groups(config, workers: int, iter_times: Sequence[float] | np.ndarray | None = None) -> list[list[int]]:
+    """The groups of a run: its `group_assignment` if given, else by measured speed."""
+    options = group_options(config)
+    if options.group_assignment:
+        return parse_assignment(options.group_assignment, workers, options.groups)
     if iter_times is None:
         raise ValueError("iteration times are needed when group_assignment is not set")
     if len(iter_times) != workers:
         raise ValueError(f"{len(iter_times)} iteration times for {workers} workers")
-    return group_by_speed(iter_times, cfg.groups, cfg.grouping)
+    return group_by_speed(iter_times, options.groups, options.grouping)
 
 
 class EpochTimeEMA:

@@ -14,23 +14,33 @@ the epoch pick (c, rho) from the schedule of docs/paradigms.md.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from ..settings import MAX_STALENESS, setting
 from .base import Paradigm
 from .compress import DEFAULT_SCHEDULE, ratio_schedule
 from .gates import Gate, bounded_gate
+from .grouping import GroupOptions
 from .view import SLOT_EXTRA0, SLOT_GROUP_SPEED_RANK, ClusterView
+
+
+@dataclass(frozen=True)
+class GSSPOptions(GroupOptions):
+    group_staleness: int = setting(3, "the SSP bound inside a group", low=0, high=MAX_STALENESS)
 
 
 class GSSP(Paradigm):
     name = "gssp"
+    Options = GSSPOptions
 
     @classmethod
     def group_servers(cls, config) -> int:
-        return config.groups
+        return config.options.groups
 
     def __init__(self, config, num_workers):
         super().__init__(config, num_workers)
-        self.staleness = config.group_staleness
-        self.groups = config.groups
+        self.staleness = self.options.group_staleness
+        self.groups = self.options.groups
         self.schedule = DEFAULT_SCHEDULE
 
     def gate(self, worker: int, view: ClusterView) -> Gate:

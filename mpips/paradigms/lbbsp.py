@@ -41,14 +41,16 @@ times, compute = the compute seconds, batches = the split).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..settings import MAX_COUNT, setting
 from .balance import BatchRefiner, allocate
-from .base import Push
+from .base import Options, Push
 from .bsp import BSP
 from .gates import Gate
-from .predict import SpeedPredictor, make_predictor, utilisation
+from .predict import PREDICTORS, SpeedPredictor, make_predictor, utilisation
 from .view import ClusterView
 
 
@@ -67,15 +69,27 @@ def round_push_times(view: ClusterView, round_: int) -> np.ndarray:
     return np.where(latest, view.push_times[:, 0], np.where(previous, view.push_times[:, 1], np.nan))
 
 
+@dataclass(frozen=True)
+class LBBSPOptions(Options):
+    global_batch: int = setting(0, "the global batch X; 0 = workers x batch-size", low=0, high=MAX_COUNT)
+    predictor: str = setting("ewma", "the speed predictor", choices=PREDICTORS)
+    batch_cap: int = setting(0, "largest batch of one worker; 0 = no cap", low=0, high=MAX_COUNT)
+    lbbsp_refine: bool = setting(False, "after the first predicted split, move samples from the slowest "
+                                        "to the fastest worker by measured compute times (time not "
+                                        "linear in batch size)")
+
+
 class LBBSP(BSP):
     name = "lbbsp"
+    Options = LBBSPOptions
 
     def __init__(self, config, num_workers):
         super().__init__(config, num_workers)
-        self.total = config.global_batch or num_workers * config.batch_size
-        self.cap = config.batch_cap
+        options = self.options
+        self.total = options.global_batch or num_workers * config.batch_size
+        self.cap = options.batch_cap
         self.equal = allocate(self.total, np.ones(num_workers), self.cap)  # ConfigError at set-up
-        self.refiner = BatchRefiner(self.total, cap=self.cap) if config.lbbsp_refine else None
+        self.refiner = BatchRefiner(self.total, cap=self.cap) if options.lbbsp_refine else None
         self.splits: dict[int, np.ndarray] = {}     # round -> split (the last two rounds)
         self.predictors: dict[int, SpeedPredictor] = {}     # worker -> its predictor (one per process)
         self.slots: dict[int, list[float]] = {}     # worker -> its four published extras
@@ -112,7 +126,7 @@ class LBBSP(BSP):
 
     @property
     def round_setting(self):
-        return "global_batch" if self.config.global_batch else "batch_size"
+        return "global_batch" if self.options.global_batch else "batch_size"
 
     def iterations_per_epoch(self, num_train):
         return max(1, num_train // self.total)
@@ -139,7 +153,7 @@ class LBBSP(BSP):
     def measured(self, worker, *, clock, batch, compute):
         predictor = self.predictors.get(worker)
         if predictor is None:
-            predictor = make_predictor(self.config.predictor, seed=self.config.seed + worker)
+            predictor = make_predictor(self.options.predictor, seed=self.config.seed + worker)
             self.predictors[worker] = predictor
         slots = self.slots.setdefault(worker, [0.0] * 4)
         speed = batch / compute if compute > 0 else math.nan

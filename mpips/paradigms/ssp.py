@@ -8,16 +8,25 @@ invariant on clocks holds a fortiori.
 """
 from __future__ import annotations
 
-from .base import Paradigm
+from dataclasses import dataclass
+
+from ..settings import MAX_STALENESS, setting
+from .base import Options, Paradigm
 from .gates import bounded_gate
+
+
+@dataclass(frozen=True)
+class SSPOptions(Options):
+    staleness: int = setting(3, "the bound s: c_i - c_min <= s", low=0, high=MAX_STALENESS)
 
 
 class SSP(Paradigm):
     name = "ssp"
+    Options = SSPOptions
 
     def __init__(self, config, num_workers):
         super().__init__(config, num_workers)
-        self.staleness = config.staleness
+        self.staleness = self.options.staleness
 
     def gate(self, worker, view):
         return bounded_gate(worker, view, self.staleness)

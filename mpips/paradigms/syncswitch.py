@@ -74,10 +74,12 @@ the servers live even if a snapshot ever broke that order.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Paradigm, compensated_momentum, compensated_step
+from ..settings import MAX_COUNT, setting
+from .base import Options, Paradigm, compensated_momentum, compensated_step
 from .gates import bounded_gate, own_writes_gate
 from .view import MODE_ASP, MODE_BSP, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView
 
@@ -135,18 +137,37 @@ class StragglerDetector:
         return all(self.normal[j] >= iterations for j in workers)
 
 
+ONLINE_POLICIES = ("none", "greedy", "conservative")
+
+
+@dataclass(frozen=True)
+class SyncSwitchOptions(Options):
+    switch_at: float = setting(0.1, "fraction of the sample budget done in BSP", low=0.0, high=1.0)
+    online_policy: str = setting("none", "reaction to transient stragglers", choices=ONLINE_POLICIES)
+    straggler_factor: float = setting(1.5, "slower than the median by this factor is a straggler",
+                                      low=0.0, low_open=True, high=1e4)
+    straggler_rounds: int = setting(3, "consecutive slow rounds before acting", low=1, high=MAX_COUNT)
+    conservative_window: int = setting(10, "online-policy conservative: rounds the slowdown must last",
+                                       low=1, high=MAX_COUNT)
+    momentum_ramp: int = setting(100, "updates over which momentum ramps back after m/W", low=0,
+                                 high=MAX_COUNT)
+
+
 class SyncSwitch(Paradigm):
     name = "syncswitch"
+    Options = SyncSwitchOptions
 
     def __init__(self, config, num_workers):
         super().__init__(config, num_workers)
-        self.f = config.switch_at
-        self.policy = config.online_policy
-        self.need_slow = (config.straggler_rounds if self.policy != "conservative"
-                          else max(config.straggler_rounds, config.conservative_window))
-        self.need_normal = config.straggler_rounds
+        options = self.options
+        self.f = options.switch_at
+        self.policy = options.online_policy
+        self.need_slow = (options.straggler_rounds if self.policy != "conservative"
+                          else max(options.straggler_rounds, options.conservative_window))
+        self.need_normal = options.straggler_rounds
+        self.ramp = options.momentum_ramp
         # server 0, the decider: the phases so far
-        self.detector = StragglerDetector(config.straggler_factor, num_workers)
+        self.detector = StragglerDetector(options.straggler_factor, num_workers)
         self.mode = MODE_BSP          # of the current phase
         self.phase_start = 0          # its K
         self.bsp_rounds = 0           # rounds of the finished BSP phases
@@ -223,7 +244,7 @@ class SyncSwitch(Paradigm):
             return lr, momentum
         start = view.mode_clock if view.mode == MODE_ASP else self.asp_from
         pushes = int(np.maximum(view.applied - start, 0).sum())
-        m = momentum_after_switch(momentum, self.num_workers, pushes, self.config.momentum_ramp,
+        m = momentum_after_switch(momentum, self.num_workers, pushes, self.ramp,
                                   self._asp_momentum(momentum))
         # compensated: the same long-run step lr/(1-m) as BSP's all along the ramp
         return compensated_step(lr, momentum, m) if self.compensates else (lr, m)
@@ -290,9 +311,9 @@ class SyncSwitch(Paradigm):
         self.switches += 1
         m = self.config.momentum
         event = self._event(view, MODE_ASP, k, reason,
-                            momentum_after_switch(m, self.num_workers, 0, self.config.momentum_ramp,
+                            momentum_after_switch(m, self.num_workers, 0, self.ramp,
                                                   self._asp_momentum(m)))
-        event["momentum_ramp"] = self.config.momentum_ramp
+        event["momentum_ramp"] = self.ramp
         return [(SLOT_MODE_CLOCK, DECIDING, None), (SLOT_MODE, MODE_ASP, None), (SLOT_MODE_CLOCK, k, event)]
 
     def _resolve_bsp(self, view: ClusterView, deciding: dict):

@@ -44,8 +44,10 @@ class ClusterView:
                  slots: tuple[float, float] = (0.0, 0.0),   # the global slots SLOT_EXTRA0, SLOT_EXTRA1
                  steps: int = 0,              # optimizer steps taken by the servers (min over servers)
                  server_steps: np.ndarray | None = None,     # (S,) int: each server's steps
-                 server_applied: np.ndarray | None = None):  # (S, W) int: each server's applied counts
+                 server_applied: np.ndarray | None = None,   # (S, W) int: each server's applied counts
+                 server: int = 0):            # the server reading it (a server's hooks; 0 on a worker)
         self.now = now
+        self.server = server
         self.clocks, self.applied, self.done = clocks, applied, done
         self.push_times, self.iter_times = push_times, iter_times
         self.updates, self.mode, self.mode_clock = updates, mode, mode_clock

@@ -29,23 +29,39 @@ server had begun (S.BEGUN) before it reads the path (worker.py).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from .base import Paradigm, Push
+from ..settings import MAX_STALENESS, setting
+from .base import Options, Paradigm, Push
 from .gates import bounded_gate, own_writes_gate
-from .value_staleness import lr_scale, value_staleness
+from .value_staleness import VSGD_RULES, lr_scale, value_staleness
+
+GATES = ("ssp", "asp")
+VALUE_MEASURES = ("exact", "bound")
+
+
+@dataclass(frozen=True)
+class VSGDOptions(Options):
+    gate: str = setting("ssp", "the gating underneath", choices=GATES)
+    staleness: int = setting(3, "gate ssp: the bound s (c_i - c_min <= s)", low=0, high=MAX_STALENESS)
+    value_measure: str = setting("bound", "the value staleness measure", choices=VALUE_MEASURES)
+    vsgd_rule: str = setting("max", "lr/max(1,v) or lr/(1+lambda*v)", choices=VSGD_RULES)
+    vsgd_lambda: float = setting(1.0, "lambda of the linear rule", low=0.0)
 
 
 class VSGD(Paradigm):
     name = "vsgd"
+    Options = VSGDOptions
 
     def __init__(self, config, num_workers):
         super().__init__(config, num_workers)
-        self.bounded = config.gate == "ssp"
-        self.staleness = config.staleness
-        self.exact = config.value_measure == "exact"
+        options = self.options
+        self.bounded = options.gate == "ssp"
+        self.staleness = options.staleness
+        self.exact = options.value_measure == "exact"
         self.wants_exact_distance = self.exact
-        self.rule = config.vsgd_rule
-        self.lam = config.vsgd_lambda
+        self.rule = options.vsgd_rule
+        self.lam = options.vsgd_lambda
 
     def gate(self, worker, view):
         return bounded_gate(worker, view, self.staleness) if self.bounded else own_writes_gate(worker, view)

@@ -10,11 +10,13 @@ import numpy as np
 
 from ..config import Config
 from ..io.log import RankLog
+from ..io.rundir import RunDir
 from ..paradigms import Paradigm
+from ..training.batched import BatchedGradients
 from .layout import Layout
 from .recovery.checkpointer import Checkpoints
 from .state import S, W
-from .transport.protocols import ControlTable, ParameterStore
+from .transport.protocols import ControlTable, LevelHandles, ParameterStore, unwatched
 from .transport.wait import Clock
 
 
@@ -24,7 +26,7 @@ class Plan:
 
     config: Config
     layout: Layout
-    run_dir: str
+    run: RunDir                  # its directory (run.h5, checkpoints), opened by the job
     iterations: int              # per worker (global budget: rounds of every worker's batch)
     iterations_per_epoch: float  # of one worker (global budget: N / samples of a round, not rounded)
     epochs: float                # the run's length in epochs (a cosine schedule's end)
@@ -33,6 +35,8 @@ class Plan:
     sparse: bool                 # clients push top-k (a store then zeroes a slot once taken)
     reads: bool = False          # pushes carry the parameters they were computed on (async_rule dc*)
     loss_fn: Callable | None = None   # a user's loss(output, target) (mpips.train); None: cross-entropy
+    training_samples: int = 0        # of the data set (a round larger than them cannot train: announce)
+    hosts: tuple[str, ...] = ()      # each world rank's host, MPI's (the simulator's ranks have none)
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,12 @@ class Level:
     epoch_pushes: float              # pushes in the table per epoch
     clients: str = "worker"          # what writes the rows, in messages
     servers: str = "server"          # what applies the pushes, in messages
+    watch_gate: Callable = unwatched   # a gate that did not pass, told to the transport (LevelHandles)
+
+    @classmethod
+    def of(cls, handles: LevelHandles, client_ranks: tuple[int, ...], server_ranks: tuple[int, ...],
+           **more) -> "Level":
+        return cls(handles.store, handles.table, client_ranks, server_ranks, watch_gate=handles.watch_gate, **more)
 
 
 @dataclass
@@ -58,6 +68,8 @@ class Services:
     clock: Clock                     # wall time, or the simulator's virtual time (wait.py)
     checkpointer: Checkpoints
     budget_table: ControlTable       # whose CLAIMED cell counts the global budget's claims
+    # the simulator's batched gradients (training/batched.py); None: each worker computes its own
+    gradients: BatchedGradients | None = None
 
 
 @dataclass
@@ -84,15 +96,35 @@ class Context:
 
     @functools.cached_property
     def name(self) -> str:
-        return f"rank {self.rank} ({self.role} {self.index})"
+        return f"rank {self.rank} ({self.role} {self.index}){self._on(self.rank)}"
 
-    def view(self):
-        return self.table.view(self.table.read(), self.now())
+    def _on(self, rank: int) -> str:
+        hosts = self.plan.hosts
+        return f" on {hosts[rank]}" if len(set(hosts)) > 1 else ""
 
-    def wait(self, ready, *, what: str, describe, due=None) -> float:
-        return self.clock.wait_until(ready, what=f"{self.name}: {what}", describe=describe,
+    def rank_name(self, rank: int) -> str:
+        """'rank 4', with its host where the run has several: 'rank 4 on node3'
+        (a stall across nodes names the node, a lost one's ranks)."""
+        return f"rank {rank}{self._on(rank)}"
+
+    def view(self, server: int = 0):
+        """The paradigm's view of the table now, as `server` reads it (0 on a worker)."""
+        return self.table.view(self.table.read(), self.now(), server)
+
+    def wait(self, ready, *, what: str, describe, due=None, changed=None) -> float:
+        log = self.log
+
+        def ready_or_flush() -> bool:
+            # a long wait leaves the rows logged before it on disk: a job that
+            # ends in a stall (a node or its link lost) keeps them
+            if ready():
+                return True
+            log.flush_if_due()
+            return False
+
+        return self.clock.wait_until(ready_or_flush, what=f"{self.name}: {what}", describe=describe,
                                      warn=self.config.stall_warn, timeout=self.config.stall_timeout,
-                                     due=due)
+                                     due=due, changed=changed)
 
     def epochs_of(self, pushes: int) -> float:
         return pushes / self.level.epoch_pushes
@@ -115,8 +147,8 @@ class Context:
                                                  f"{level.clients} {j}")
             if not behind:   # all its pushes applied: the worker itself is behind
                 extra = ", done" if rows[j, W.DONE] else ""
-                parts.append(f"{level.clients} {j} = rank {level.client_ranks[j]} (clock {clock}{extra})")
-        parts += [f"{level.servers} {s} = rank {level.server_ranks[s]} (applied {', '.join(what)})"
+                parts.append(f"{level.clients} {j} = {self.rank_name(level.client_ranks[j])} (clock {clock}{extra})")
+        parts += [f"{level.servers} {s} = {self.rank_name(level.server_ranks[s])} (applied {', '.join(what)})"
                   for s, what in sorted(lagging.items())]
         return "; ".join(parts) if parts else "nothing (condition not met)"
 
@@ -134,7 +166,7 @@ class Context:
         def describe():
             ranks = self.store.world_server_ranks
             counts = taken()
-            return "; ".join(f"server {s} = rank {ranks[s]} (took {int(counts[s])} of {pushed} pushes)"
+            return "; ".join(f"server {s} = {self.rank_name(ranks[s])} (took {int(counts[s])} of {pushed} pushes)"
                              for s in np.flatnonzero(counts < pushed))
 
         return self.wait(lambda: bool((taken() >= pushed).all()),

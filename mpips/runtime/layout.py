@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from ..config import ConfigError
 from ..paradigms import paradigm_class
 from ..paradigms.base import counted
-from ..paradigms.grouping import parse_assignment
+from ..paradigms.grouping import group_options, parse_assignment
 
 SERVER, GROUP_SERVER, WORKER, EVALUATOR = "server", "group_server", "worker", "evaluator"
 
@@ -56,6 +56,30 @@ class Layout:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def placement(self, hosts: list[str]) -> list[dict]:
+        """Each rank's host and role, in rank order (run.h5's layout keeps it)."""
+        return [dict(zip(("rank", "host", "role", "index"), (rank, host, *self.role(rank))))
+                for rank, host in enumerate(hosts)]
+
+
+NOT_LAUNCHED = ("a job runs one process per rank, and this is one process: start it under a launcher, "
+                "`mpirun -n $(mpips ranks --workers N ...) mpips train --workers N ...` (`mpips ranks` counts "
+                "the ranks these settings need; srun under Slurm), or run the whole job in this one process "
+                "in virtual time: `mpips simulate --workers N ...`")
+
+
+def roles_note(layout: Layout, derived: bool) -> str:
+    """Rank 0's line on how the ranks started were split, when a role other than
+    servers and workers took some and the workers were derived from -n (`-n 5
+    --paradigm gssp --groups 2` trains 2 workers, `-n 5 --evaluator` 3); '' otherwise."""
+    if not derived or not (layout.group_servers or layout.evaluators):
+        return ""
+    parts = [f"{layout.servers} server(s)", f"{layout.group_servers} group server(s)" if layout.group_servers else "",
+             f"{layout.workers} worker(s)", "1 evaluator" if layout.evaluators else ""]
+    return (f"mpips: the {layout.size} ranks started are {' + '.join(filter(None, parts))}: the workers are "
+            f"what the other roles leave (--workers N checks the count; `mpips ranks --workers N ...` "
+            f"says how many ranks N workers need)")
+
 
 def ranks_for(config) -> int:
     """The world size a job of `config` needs (its `workers` given), checked by make_layout."""
@@ -74,13 +98,16 @@ def make_layout(config, world_size: int) -> Layout:
     """The layout for this world size, or a ConfigError saying why not."""
     group_servers = _group_servers(config)
     evaluators = 1 if config.evaluator else 0
+    if world_size == 1:
+        # `mpips train` (or mpips.train) started as a plain process: no launcher
+        raise ConfigError("ranks", world_size, NOT_LAUNCHED)
     if config.servers >= world_size:
         raise ConfigError("servers", config.servers,
                           f"must be < the {world_size} ranks started, leaving ranks for workers")
     workers = world_size - config.servers - group_servers - evaluators
     if group_servers and workers < 1:
         # say it of the groups: "workers=-5" would blame a setting nobody gave
-        raise ConfigError("groups", config.groups,
+        raise ConfigError("groups", group_servers,
                           f"each group needs a group server and a worker: at most "
                           f"{(world_size - config.servers - evaluators) // 2} with {world_size} ranks, "
                           f"{config.servers} server(s) and {evaluators} evaluator(s)")
@@ -94,7 +121,7 @@ def make_layout(config, world_size: int) -> Layout:
                           f"must equal ranks - servers - group servers = {workers} "
                           f"(started {world_size} ranks), or be 0 to derive it")
     if group_servers > workers:
-        raise ConfigError("groups", config.groups, f"must be <= workers ({workers})")
-    if group_servers and config.group_assignment:
-        parse_assignment(config.group_assignment, workers, group_servers)
+        raise ConfigError("groups", group_servers, f"must be <= workers ({workers})")
+    if group_servers and group_options(config).group_assignment:
+        parse_assignment(group_options(config).group_assignment, workers, group_servers)
     return Layout(config.servers, group_servers, workers, evaluators)

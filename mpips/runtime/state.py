@@ -48,9 +48,9 @@ def sum_slots(out: np.ndarray, slots: Any, heads: Any, slot_of: dict, clocks, co
     counts it (a GSSP group server's clock counts the worker pushes a delta
     carries): a counted push whose slot does not hold its number was never
     written (rejected: NaN/Inf). Sparse slots are zeroed once taken.
-    `each(row, head, push, read)`, where given, is what goes into the sum
-    for each push (an async rule's: `reads`, the slots of the parameters
-    each push was read at, or None)."""
+    `each(row, head, push, read)`, where given (`heads` then `Head`s), is
+    what goes into the sum for each push (an async rule's: `reads`, the
+    slots of the parameters each push was read at, or None)."""
     written = []
     for row in np.flatnonzero(np.asarray(clocks) > np.asarray(consumed)):
         k = slot_of[int(row)]
@@ -62,7 +62,7 @@ def sum_slots(out: np.ndarray, slots: Any, heads: Any, slot_of: dict, clocks, co
     for _, pusher, k in written:
         push = slots[k]
         if each is not None:
-            push = each(pusher, Head(*heads[k]), push, None if reads is None else reads[k])
+            push = each(pusher, heads[k], push, None if reads is None else reads[k])
         if summed:
             np.add(out, push, out=out)
         else:
@@ -89,6 +89,26 @@ class Head(NamedTuple):
 
 
 HEAD = len(Head._fields)   # int64 cells of a head in an MPI window (the scale's bits in the last)
+
+
+def head_cells(heads: list[Head]) -> np.ndarray:
+    """Heads as an MPI window holds them (and a checkpoint keeps them): HEAD
+    int64 cells each, the scale's float64 bits last."""
+    cells = np.zeros((len(heads), HEAD), np.int64)
+    if heads:
+        cells[:, :3] = [h[:3] for h in heads]
+        cells[:, 3] = np.array([h.scale for h in heads], np.float64).view(np.int64)
+    return cells
+
+
+def heads_of(cells) -> list[Head]:
+    """The heads of `head_cells`' cells; cells of a number and a key only
+    (an older checkpoint's) are heads of version 0 and scale 1."""
+    cells = np.asarray(cells, np.int64)
+    if cells.shape[1] < HEAD:
+        return [Head(n, k) for n, k in cells[:, :2].tolist()]
+    scales = cells[:, 3].copy().view(np.float64).tolist()
+    return [Head(n, k, v, scale) for (n, k, v, _), scale in zip(cells.tolist(), scales)]
 
 
 class W(IntEnum):
@@ -193,9 +213,9 @@ class TableLayout:
         wait that read only these when one of them changes)."""
         return self.read()[offsets]
 
-    def view(self, snap: np.ndarray, now: float) -> "TableView":
-        """The paradigms' read-only `ClusterView` of a snapshot."""
-        return TableView(self, snap, now)
+    def view(self, snap: np.ndarray, now: float, server: int = 0) -> "TableView":
+        """The paradigms' read-only `ClusterView` of a snapshot, as `server` reads it (0 on a worker)."""
+        return TableView(self, snap, now, server)
 
 
 
@@ -240,8 +260,9 @@ class TableView(ClusterView):
     (benchmarks/control_plane.py). The gates' fields are strided slices of the
     snapshot, converted once."""
 
-    def __init__(self, table: TableLayout, snap: np.ndarray, now: float):
+    def __init__(self, table: TableLayout, snap: np.ndarray, now: float, server: int = 0):
         self.now = now
+        self.server = server
         self._snap = snap
         self._table = table
         self._rows_end = _NG + table.workers * _NW

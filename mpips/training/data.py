@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..validate import ConfigError, one_line, user_function
+from ..validate import ConfigError, one_line, user_code, user_function
 
 # The synthetic problem and the held-out splits of digits and synthetic use this
 # seed, not cfg.seed, so runs with different seeds face the same problem and are
@@ -37,6 +37,7 @@ MNIST_IMAGES_MAGIC = 0x00000803  # unsigned byte data, 3 dimensions
 MNIST_LABELS_MAGIC = 0x00000801  # unsigned byte data, 1 dimension
 CIFAR_SUBDIR = "cifar-10-batches-py"
 MNIST1D_SAMPLES = 5000   # MNIST-1D as published: 4,000 training and 1,000 test signals of length 40
+MNIST1D_LENGTH = 40      # (mnist1d's default arguments, which _make_mnist1d keeps)
 SPLITS = ("x_train", "y_train", "x_test", "y_test")
 USER_DATASET = ("a user's dataset is (x_train, y_train, x_test, y_test) tensors or arrays, "
                 "or (train, test) torch Datasets")
@@ -189,15 +190,22 @@ def _make_mnist1d(samples: int) -> dict[str, np.ndarray]:
 
 
 def _read_cached(path: str, samples: int) -> dict[str, np.ndarray] | None:
-    """The arrays of a cache file; None if it is missing or not whole (then made again)."""
+    """The arrays of a cache file; None if it is missing, not whole, or not
+    what its name says (`samples` signals of MNIST1D_LENGTH float32 values,
+    labels 0-9; a file of the right length but other samples trained on
+    them silently): then made again."""
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: f[k] for k in SPLITS}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
-    if len(arrays["x_train"]) + len(arrays["x_test"]) != samples or any(
-            len(arrays[f"x_{s}"]) != len(arrays[f"y_{s}"]) for s in ("train", "test")):
+    if len(arrays["x_train"]) + len(arrays["x_test"]) != samples:
         return None
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if (x.shape[1:] != (MNIST1D_LENGTH,) or x.dtype != np.float32 or y.shape != (len(x),)
+                or y.dtype != np.int64 or (y.size and not 0 <= y.min() <= y.max() <= 9)):
+            return None
     return arrays
 
 
@@ -229,10 +237,8 @@ def _user_dataset(name: str) -> Dataset:
 
     function = user_function("dataset", name, ALLOWED_DATASETS)
     call = name.partition(":")[2] + "()"
-    try:
+    with user_code("dataset", name, call):
         made = function()
-    except Exception as e:  # noqa: BLE001 - the user's code may raise anything
-        raise ConfigError("dataset", name, f"{call} failed: {one_line(e)}") from None
     try:
         data = as_dataset(made)
     except ConfigError as e:
@@ -246,7 +252,10 @@ def as_dataset(dataset: Any) -> Dataset | None:
     """A user's dataset as a Dataset: a Dataset; a tuple (x_train, y_train,
     x_test, y_test) of tensors or arrays; or a pair (train, test) of torch
     Datasets yielding (x, y) (read into memory once: every rank holds the
-    whole training set). Labels are class indices."""
+    whole training set). Features are real numbers, a sample at least one
+    of them (integers become float32); labels are class indices: integers
+    >= 0. What is not (ragged lists, strings, fractional labels, NaN) is one
+    line naming the part, before any training."""
     if dataset is None or isinstance(dataset, Dataset):
         return dataset
     if isinstance(dataset, dict) and set(SPLITS) <= set(dataset):
@@ -255,30 +264,77 @@ def as_dataset(dataset: Any) -> Dataset | None:
         raise ConfigError("dataset", type(dataset).__name__, USER_DATASET)
     if len(dataset) == 2:
         parts = []
-        for split in dataset:
-            try:
+        for split, which in zip(dataset, ("train", "test")):
+            with user_code("dataset", type(split).__name__, "reading it as (x, y) items",
+                           "cannot read it as (x, y) items: {error}"):
                 xs, ys = zip(*(split[i] for i in range(len(split))))
-            except Exception as e:  # noqa: BLE001 - a user's Dataset may raise anything
-                raise ConfigError("dataset", type(split).__name__,
-                                  f"cannot read it as (x, y) items: {one_line(e)}") from None
-            parts += [torch.stack([torch.as_tensor(x) for x in xs]), torch.as_tensor(np.asarray(ys))]
+            parts += [_tensor(f"x_{which}", list(xs), stack=True), _tensor(f"y_{which}", list(ys))]
         dataset = parts
-    x_train, y_train, x_test, y_test = (torch.as_tensor(np.asarray(t)) if not isinstance(t, torch.Tensor) else t
-                                        for t in dataset)
-    if x_train.is_floating_point():
-        x_train, x_test = x_train.float(), x_test.float()
-    y_train, y_test = y_train.long(), y_test.long()
+    x_train, y_train, x_test, y_test = (_tensor(name, t) for name, t in zip(SPLITS, dataset))
     for name, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
         if len(x) != len(y) or len(x) == 0 or y.dim() != 1:
             raise ConfigError("dataset", f"{name} {tuple(x.shape)}/{tuple(y.shape)}",
                               "needs as many labels (one class index each) as samples, and at least one")
+        if x.dim() < 2:
+            raise ConfigError("dataset", f"x_{name} {tuple(x.shape)}", "a sample is one number here: give "
+                              "(samples, features...), e.g. x.reshape(-1, 1) for one feature")
     if x_train.shape[1:] != x_test.shape[1:]:
         raise ConfigError("dataset", f"{tuple(x_train.shape)}/{tuple(x_test.shape)}",
                           "train and test samples differ in shape")
+    x_train, x_test = (_features(name, x) for name, x in (("x_train", x_train), ("x_test", x_test)))
+    y_train, y_test = (_class_indices(name, y) for name, y in (("y_train", y_train), ("y_test", y_test)))
     num_classes = int(max(y_train.max(), y_test.max())) + 1
-    if int(min(y_train.min(), y_test.min())) < 0:
-        raise ConfigError("dataset", "labels", "class indices must be >= 0")
     return Dataset("user", x_train, y_train, x_test, y_test, tuple(x_train.shape[1:]), num_classes)
+
+
+def _tensor(name: str, values: Any, *, stack: bool = False) -> torch.Tensor:
+    """One part of a user's dataset as a tensor of numbers, or a one-line
+    ConfigError naming the part (ragged lists and strings were tracebacks)."""
+    if isinstance(values, torch.Tensor):
+        return values
+    try:
+        arrays = [np.asarray(v) for v in values] if stack else [np.asarray(values)]
+        if stack and len({a.shape for a in arrays}) > 1:
+            raise ValueError("samples of different shapes")
+    except ValueError:
+        raise ConfigError("dataset", name, "ragged: its samples differ in shape (give one array "
+                                           "of equal-shaped samples)") from None
+    kinds = {a.dtype.kind for a in arrays}
+    if not kinds <= set("biufc"):
+        raise ConfigError("dataset", name, f"holds {arrays[0].dtype} values, not numbers")
+    tensors = [torch.as_tensor(a) for a in arrays]
+    return torch.stack(tensors) if stack else tensors[0]
+
+
+def _features(name: str, x: torch.Tensor) -> torch.Tensor:
+    """Real numbers without NaN: float32 where floating (the models' type);
+    integers stay (an embedding takes them; check_model says so to a model
+    that takes floats)."""
+    if x.is_complex():
+        raise ConfigError("dataset", f"{name} {x.dtype}", "features must be real numbers, not complex")
+    if not x.is_floating_point():
+        return x
+    x = x.float()
+    bad = torch.nonzero(~torch.isfinite(x).reshape(len(x), -1).all(dim=1)).flatten()
+    if len(bad):
+        raise ConfigError("dataset", name, f"sample {int(bad[0])} holds NaN or infinite values "
+                          f"({len(bad)} of {len(x)} samples do): no model trains on them")
+    return x
+
+
+def _class_indices(name: str, y: torch.Tensor) -> torch.Tensor:
+    if y.is_complex() or (y.is_floating_point() and not bool(torch.isfinite(y).all())):
+        raise ConfigError("dataset", f"{name} {y.dtype}", "labels are class indices: integers >= 0")
+    if y.is_floating_point():
+        fractional = torch.nonzero(y != torch.round(y)).flatten()
+        if len(fractional):
+            k = int(fractional[0])
+            raise ConfigError("dataset", f"{name}[{k}]={float(y[k])!r}", "labels are class indices: integers "
+                              ">= 0; a fractional one is refused, not truncated")
+    y = y.long()
+    if int(y.min()) < 0:
+        raise ConfigError("dataset", "labels", "class indices must be >= 0")
+    return y
 
 
 # --- synthetic ----------------------------------------------------------------
@@ -300,7 +356,13 @@ def _load_synthetic(samples: int, test_fraction: float) -> Dataset:
 
 def _split(name, x, y, test_fraction, num_classes) -> Dataset:
     n = len(x)
-    n_test = min(max(1, round(n * test_fraction)), n - 1)
+    n_test = round(n * test_fraction)
+    if not num_classes <= n_test <= n - num_classes:
+        # a test set smaller than the classes measures nothing (one sample reads as 100% or 0%)
+        raise ConfigError("test_fraction", test_fraction,
+                          f"leaves {n_test} of the {n} samples of {name} for evaluation; at least {num_classes} "
+                          f"(one per class) and at most {n - num_classes} (as many for training): a fraction "
+                          f"in [{num_classes / n:.3g}, {1 - num_classes / n:.3g}]")
     order = torch.from_numpy(np.random.default_rng(SPLIT_SEED).permutation(n))
     test, train = order[:n_test], order[n_test:]
     return Dataset(name, x[train], y[train], x[test], y[test],

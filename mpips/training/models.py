@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..validate import ConfigError, one_line, user_function
+from ..validate import ConfigError, user_code, user_function
 from .data import dataset_label
 
 BUILTIN_MODELS = ("mlp", "lenet5", "resnet", "cnn1d")
@@ -157,11 +157,8 @@ class CifarResNet(nn.Module):
 def _user_model(name, input_shape, num_classes) -> nn.Module:
     function = user_function("model", name, ALLOWED)
     function_name = name.partition(":")[2]
-    try:
+    with user_code("model", name, f"{function_name}(input_shape, num_classes)"):
         model = function(input_shape, num_classes)
-    except Exception as e:  # noqa: BLE001 - the user's code may raise anything
-        raise ConfigError("model", name, f"{function_name}(input_shape, num_classes) failed: "
-                          f"{one_line(e)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError("model", name, f"{function_name}(input_shape, num_classes) returned "
                           f"{type(model).__name__}, not a torch.nn.Module")
@@ -189,10 +186,8 @@ def _object_model(obj, input_shape, num_classes) -> nn.Module:
         takes = len(inspect.signature(obj).parameters)
     except (TypeError, ValueError):
         takes = 2
-    try:
+    with user_code("model", label, "the factory"):
         model = obj() if takes == 0 else obj(input_shape, num_classes)
-    except Exception as e:  # noqa: BLE001 - the user's code may raise anything
-        raise ConfigError("model", label, f"the factory failed: {one_line(e)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError("model", label, f"the factory returned {type(model).__name__}, "
                           f"not a torch.nn.Module")
@@ -208,12 +203,12 @@ def check_model(model: nn.Module, name: str, x: torch.Tensor, num_classes: int) 
         raise ConfigError("model", name, "has no trainable parameters (nothing to train)")
     was_training = model.training
     model.eval()
+    # integer features (a user's dataset) are what a model that takes floats fails on
+    kind = "" if x.is_floating_point() else f" of {str(x.dtype).removeprefix('torch.')} features"
     try:
-        with torch.no_grad():
-            out = model(x)
-    except Exception as e:  # noqa: BLE001 - the user's forward may raise anything
-        raise ConfigError("model", name, f"fails on a batch of shape {tuple(x.shape)}: "
-                          f"{one_line(e)}") from None
+        with user_code("model", name, "", f"fails on a batch{kind} of shape {tuple(x.shape)}: {{error}}"):
+            with torch.no_grad():
+                out = model(x)
     finally:
         model.train(was_training)
     shape = tuple(getattr(out, "shape", ()))

@@ -4,8 +4,9 @@ The shard tensor shares memory with the parameter window, so a step updates
 what workers pull, in place. A rule's state (momentum, Adam moments) lives
 on the server, as in every production parameter server, where Sync-Switch
 changes momentum in one place. A server is given its rule (after torchft's
-DiLoCo, which takes its outer optimizer as an argument): the configured one
-(`server_rule`), or `Sum` on a second level's global servers.
+DiLoCo, which takes its outer optimizer as an argument): the one its
+paradigm asks for (`update_rule`: the configured one, or Local SGD's outer
+optimizer), or `Sum` on a second level's global servers.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from ..paradigms.steps import ConfiguredRule, OuterNesterov, UpdateRule
 
 
 @dataclass(frozen=True)
@@ -171,10 +174,15 @@ class Adam:
         self._adam.load_state_dict(state["adam"])
 
 
-def outer_rule(config, shard: np.ndarray) -> Outer:
-    """Local SGD's outer rule on `shard` (`optimizer` is then the workers' inner one)."""
-    delay = config.delayed_nesterov if config.local_mode == "async" else 1
-    return Outer(shard, config.outer_lr, momentum=config.outer_momentum, delay=delay)
+def update_rule(rule: UpdateRule, config, shard: np.ndarray, *, total_epochs: float | None = None):
+    """The update rule a paradigm asks for (paradigms/steps.py) on `shard`:
+    the configured one, or an outer optimizer given as an object (Local SGD's;
+    `optimizer` is then the workers' inner one)."""
+    if isinstance(rule, OuterNesterov):
+        return Outer(shard, rule.lr, momentum=rule.momentum, delay=rule.delay)
+    if isinstance(rule, ConfiguredRule):
+        return server_rule(config, shard, total_epochs=total_epochs)
+    raise TypeError(f"no update rule runs {rule!r} (mpips/paradigms/steps.py)")
 
 
 def inner_optimizer(config, params: np.ndarray, grads: np.ndarray) -> torch.optim.Optimizer:

@@ -26,6 +26,7 @@ from mpips.experiments.launch import MPI_ENV, MPIEXEC  # noqa: E402,F401
 from mpips.io.log import RunLog
 from mpips.training.data import GlobalStream, WorkerShard, load_dataset
 from mpips.training.models import build_model
+from tests.oracles import assert_each_sample_once  # noqa: F401 (the tests import it from here)
 
 
 @dataclass
@@ -89,19 +90,6 @@ def kill_training_when(n: int, run_dir, flags, ready, what: str, timeout: float 
     finally:
         kill_job(p)
     assert RunLog(str(run_dir)).status != "finished", "the job finished before the kill"
-
-
-def assert_each_sample_once(log) -> None:
-    """Under a global budget the logged claims cover the run's sample stream
-    exactly: every position 0 .. total-1 once, none twice, none missed (so
-    each training sample is used once per epoch: position k is sample
-    perm_e[k mod N] of epoch e = k div N)."""
-    it = log.iterations
-    assert (it["sample"] >= 0).all(), "a batch without a claim"
-    positions = np.sort(np.concatenate([np.arange(s, s + b) for s, b in zip(it["sample"], it["batch"])]))
-    total = log.layout["total_samples"]
-    assert len(positions) == total, f"{len(positions)} samples used, the budget is {total}"
-    assert np.array_equal(positions, np.arange(total)), "a sample position claimed twice or missed"
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The package used from Python and with a paradigm of one's own, as whole
-MPI jobs: a user's script calling `mpips.train(model=, dataset=, loss=)`, and
-`mpips train --plugin mine.py` with a paradigm registered outside mpips."""
+MPI jobs: a user's script calling `mpips.train(model=, dataset=, loss=)`,
+`mpips train --plugin mine.py` with a paradigm registered outside mpips and
+its own settings as flags, and `mpips.train` with them as keywords."""
 from __future__ import annotations
 
 import json
@@ -101,15 +102,25 @@ def test_a_failing_rank_aborts_the_job_from_python(tmp_path):
 PLUGIN = '''
 """A paradigm of one's own: SSP's bound, and a gate that turns a worker away
 on all but every `period`-th poll (then the base read-your-writes gate)."""
+from dataclasses import dataclass
+
+from mpips import Options, setting
 from mpips.paradigms import Gate, Paradigm, bounded_gate, register_paradigm
+
+
+@dataclass(frozen=True)
+class EveryOtherOptions(Options):
+    period: int = setting(2, "polls per pass", low=1, high=1000)
+    bound: int = setting(1, "staleness bound", low=0)
 
 
 class EveryOther(Paradigm):
     name = "every-other"
+    Options = EveryOtherOptions
 
     def __init__(self, config, num_workers):
         super().__init__(config, num_workers)
-        self.period = self.options["period"]
+        self.period = self.options.period
         self.polls = 0
         self.told = False
 
@@ -117,7 +128,7 @@ class EveryOther(Paradigm):
         self.polls += 1
         if self.polls % self.period:
             return Gate(False, (worker,))
-        return bounded_gate(worker, view, self.options["bound"])
+        return bounded_gate(worker, view, self.options.bound)
 
     def measured(self, worker, *, clock, batch, compute):
         if not self.told:
@@ -126,8 +137,7 @@ class EveryOther(Paradigm):
         return None
 
 
-register_paradigm("every-other", EveryOther,
-                  options={"period": (2, "polls per pass"), "bound": (1, "staleness bound")})
+register_paradigm("every-other", EveryOther)
 '''
 
 
@@ -135,10 +145,9 @@ def test_a_paradigm_from_a_plugin_file_trains_from_the_command_line(tmp_path):
     plugin = tmp_path / "mine.py"
     plugin.write_text(textwrap.dedent(PLUGIN))
     job = train(4, tmp_path / "run", "--plugin", str(plugin), "--paradigm", "every-other",
-                "--paradigm-options", "period=3", "--iterations", "12", "--budget", "per-worker",
-                timeout=180)
+                "--period", "3", "--iterations", "12", "--budget", "per-worker", timeout=180)
     log = job.log
-    assert log.paradigm == "every-other" and log.config["paradigm_options"] == "period=3"
+    assert log.paradigm == "every-other" and (log.config["period"], log.config["bound"]) == (3, 1)
     assert log.status == "finished"
     it = log.iterations_df
     assert it.groupby("worker").size().to_dict() == {0: 12, 1: 12, 2: 12}
@@ -146,9 +155,21 @@ def test_a_paradigm_from_a_plugin_file_trains_from_the_command_line(tmp_path):
     told = log.events_df.query("kind == 'every_other'")
     assert sorted(told["rank"]) == [1, 2, 3] and set(told["period"]) == {3}
     assert (told["polls"] % 3 == 0).all()           # passed on every third poll
-    # an option it does not have is refused on every rank, with one line
+    # a bad value of its own option is refused on every rank, with one line
     bad = train(4, tmp_path / "bad", "--plugin", str(plugin), "--paradigm", "every-other",
-                "--paradigm-options", "speed=2", check=False, timeout=120)
+                "--period", "0", check=False, timeout=120)
     assert bad.returncode == 2
-    assert "unknown option 'speed' of paradigm every-other; its options: period, bound" in bad.output
+    assert bad.output.count("mpips: error: invalid period=0: must be an integer >= 1, at most 1000\n") == 1
     assert not np.any([os.path.exists(tmp_path / "bad")])
+
+
+def test_a_plugins_options_are_keywords_of_mpips_train(tmp_path):
+    (tmp_path / "mine.py").write_text(textwrap.dedent(PLUGIN))
+    script = tmp_path / "user.py"
+    script.write_text("import sys\nimport mpips\nimport mine  # registers every-other\n\n"
+                      "log = mpips.train(paradigm='every-other', period=4, bound=2, iterations=6, "
+                      "budget='per-worker', run_dir=sys.argv[1], stall_timeout=60)\n"
+                      "print('RESULT', log.config['period'], log.config['bound'], log.status, flush=True)\n")
+    p = mpiexec(4, [str(script), str(tmp_path / "run")], timeout=180, env=ENV)
+    out = p.stdout.replace("\x00", "")
+    assert p.returncode == 0 and out.count("RESULT 4 2 finished") == 4, out[-4000:]

@@ -97,7 +97,7 @@ def test_evaluator_rank_evaluates_every_point(tmp_path):
     """A BSP run with 20 evaluations on an evaluator rank: every point, each
     row what the rank read. (What
     evaluating costs the run's wall time is measured, not asserted:
-    benchmarks/evaluator_cost.py; a ratio of two runs' wall times failed
+    benchmarks/studies/evaluator_cost.py; a ratio of two runs' wall times failed
     here under another job's load.)"""
     log = train(6, tmp_path / "many", "--paradigm", "bsp", "--device-time", "20ms", "--iterations", "100",
                 "--evaluator", "--eval-every", "0.22").log

@@ -6,15 +6,23 @@ within 10% of the emulated one, at every batch size the probe ran. With
 are those the emulation drew (its `straggler` events in the probe's logs)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
+from conftest import MPI_ENV, MPIEXEC, kill_job
 
 from mpips.experiments import probe, profile
+from mpips.heterogeneity import parse_random_stragglers, parse_slowdown
 from mpips.io.log import RunLog
-from mpips.training.emulation import parse_random_stragglers, parse_slowdown
 
 SLOWDOWN = (1, 1, 2, 4)
 
@@ -78,3 +86,51 @@ def test_the_probe_fits_the_stragglers_the_emulation_drew(job_pool, tmp_path):
     settings = found.settings(batch_size=16)
     triples = parse_random_stragglers(settings["random_stragglers"], 4)
     assert triples == [tuple(dataclasses.astuple(w.stragglers)) for w in found.workers][:len(triples)]
+
+
+def test_a_rank_stopped_after_the_probe_is_named_and_the_launch_ends(tmp_path):
+    """A rank stopped after the probe left rank 0 at the plan's final barrier
+    for good, the plan printed: now rank 0 names it within the stall timeout
+    and ends the launch (a stopped rank cannot take part in an orderly exit)."""
+    out, tag = tmp_path / "plan", f"stopped-{os.getpid()}"
+    p = subprocess.Popen([MPIEXEC, "--timeout", "400", "-n", "3", sys.executable, "-m", "mpips", "plan",
+                          "--probe-seconds", "3", "--candidates", "bsp", "--seeds", "0", "--target", "0.5",
+                          "--epochs", "1", "--jobs", "1", "--stall-timeout", "20", "--out", str(out)],
+                         env={**os.environ, **MPI_ENV, "MPIPS_TEST_TAG": tag}, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, errors="replace")
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True).start()
+    stopped = None
+    try:
+        deadline = time.monotonic() + 300
+        while not any("the cluster's profile:" in line for line in lines):
+            assert p.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+            time.sleep(0.1)
+        stopped = rank_pids(tag)[2]
+        os.kill(stopped, signal.SIGSTOP)
+        p.wait(timeout=300)
+    finally:
+        if p.poll() is None:
+            kill_job(p)
+        if stopped is not None:
+            with contextlib.suppress(OSError):
+                os.kill(stopped, signal.SIGKILL)
+    time.sleep(0.2)   # (the reader takes the last lines)
+    output = "".join(lines).replace("\x00", "")
+    assert p.returncode != 0 and "recommended: bsp" in output, output[-3000:]
+    assert "the plan has ended, but rank(s) 2 of the probe did not within 20 s (stall_timeout)" in output, \
+        output[-3000:]
+
+
+def rank_pids(tag: str) -> dict[int, int]:
+    """{world rank: pid} of the processes whose environment carries MPIPS_TEST_TAG=tag."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = dict(kv.split(b"=", 1) for kv in fh.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if env.get(b"MPIPS_TEST_TAG") == tag.encode() and b"OMPI_COMM_WORLD_RANK" in env:
+            found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+    return found

@@ -4,7 +4,12 @@ plan.json, the figure and a command that `mpips train` takes."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
@@ -99,3 +104,86 @@ def test_the_profile_is_the_cluster_not_the_settings_that_made_one(tmp_path):
     assert (config["slowdown"], config["random_stragglers"]) == ("1x3,4", "")
     assert config["device_time"] == "a=0.0s,c=0.00125s,p=1.0"
     assert "--slowdown 1,1,1,2 --random-stragglers 0.2:3:2" in plan["recommended"]["mpirun"]
+
+
+# --- what a plan may recommend, and how it ends (#52) ---------------------------------
+
+def test_a_plan_whose_every_candidate_fails_recommends_nothing(tmp_path, capsys):
+    """It printed `recommended: bsp` and `mpirun -n 2001 ...`, exit 0."""
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({"workers": [{"device_time": {"c": 0.001}, "count": 2000}]}))
+    assert main(["plan", "--profile", str(tmp_path / "cluster.yaml"), "--candidates", "bsp,asp", "--seeds", "0",
+                 "--jobs", "1", "--target", "0.5", "--out", str(tmp_path / "out")]) == 1
+    captured = capsys.readouterr()
+    assert "recommended" not in captured.out
+    assert captured.err.startswith("mpips: error: no candidate ran, nothing to recommend (bsp: seed 0: "
+                                   "ConfigError: invalid workers=2000: more than the 1438 training samples")
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["recommended"] is None
+
+
+@pytest.mark.parametrize("flags, message", [
+    # the printed command would exit 2 in `mpips train` (a 4-worker profile)
+    (["--slowdown", "1,2"], "invalid slowdown='1,2'"),
+    # a candidate of 2 workers was simulated on 2, and recommended with --workers 4
+    (["--candidates", "ssp:workers=2"], "invalid --candidates 'ssp:workers=2': workers: the cluster profile's"),
+])
+def test_what_mpips_train_would_refuse_is_refused_before_any_run(tmp_path, capsys, flags, message):
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    assert main(["plan", "--profile", str(tmp_path / "cluster.yaml"), "--target", "0.5", "--candidates", "bsp",
+                 "--out", str(tmp_path / "out"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_plan_refuses_an_out_in_use(tmp_path, capsys):
+    """Two plans on one --out replaced each other's files; the one whose runs failed exited 0."""
+    from mpips.io.rundir import RunDirLock
+
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    (tmp_path / "out").mkdir()
+    lock = RunDirLock(str(tmp_path / "out"), option="out")
+    try:
+        assert main(["plan", "--profile", str(tmp_path / "cluster.yaml"), "--target", "0.5", "--candidates", "bsp",
+                     "--out", str(tmp_path / "out")]) == 2
+    finally:
+        lock.release()
+    assert "invalid --out " in capsys.readouterr().err and not (tmp_path / "out" / "runs").exists()
+
+
+def test_sigterm_ends_the_plan_and_its_pool(tmp_path):
+    """SIGTERM to `mpips plan` left its pool's processes (270 MB each) alive for good."""
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    out = tmp_path / "out"
+    plan = subprocess.Popen([sys.executable, "-m", "mpips", "plan", "--profile", str(tmp_path / "cluster.yaml"),
+                             "--candidates", "bsp,asp,ssp", "--seeds", "0", "--target", "0.99", "--epochs", "500",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(out.glob("runs/*.out"))) < 2:   # both pool processes simulating
+            assert plan.poll() is None and time.monotonic() < deadline, plan.communicate()[0]
+            time.sleep(0.2)
+        pool = children(plan.pid)
+        assert len(pool) >= 2
+        plan.send_signal(signal.SIGTERM)
+        output = plan.communicate(timeout=60)[0]
+    finally:
+        plan.kill()
+    assert plan.returncode == 128 + signal.SIGTERM, output
+    assert "mpips: error: the plan stopped on SIGTERM: 0 of 3 simulations done" in output
+    assert not [pid for pid in pool if os.path.exists(f"/proc/{pid}")]   # (ended, and reaped by the plan)
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (the pool's; multiprocessing's resource tracker aside)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                parent = int(fh.read().rpartition(")")[2].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                tracker = b"resource_tracker" in fh.read()
+        except OSError:
+            continue
+        if parent == pid and not tracker:
+            found.append(int(entry))
+    return found

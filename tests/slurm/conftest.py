@@ -1,11 +1,9 @@
-"""A real single-node Slurm cluster for the tests in this directory.
+"""A real single-node Slurm cluster for the tests in this directory
+(tests/slurm_cluster.py).
 
 The session fixture `slurm` installs Debian's Slurm if it is missing (root
-only), writes a configuration in a temporary directory with free ports,
-starts `slurmctld` and `slurmd` in the foreground mode as child processes,
-waits for the node to be idle, and stops both by PID at the end.  Every Slurm
-command must see `SLURM_CONF`; `slurm.env` carries it, and `submit`/`wait`
-use it.
+only), starts `slurmctld` and `slurmd` on this host with a configuration of
+their own, and stops both at the end.
 
     def test_x(slurm, tmp_path):
         job = slurm.submit(script_path, env={"MPIPS_EPOCHS": "1"}, cwd=tmp_path)
@@ -13,303 +11,27 @@ use it.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.slurm_cluster import SlurmCluster, SlurmNode, slurm_installed, wait_for_line
+
 REPO = Path(__file__).resolve().parents[2]
-SBIN_PATHS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
-TERMINAL_STATES = {
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-}
-CPUS = 8  # more than the machine has: tests oversubscribe on purpose
-
-CONF = """\
-ClusterName=mpipstest
-SlurmctldHost={node}(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/none
-CredType=cred/none
-# A requeued job may start again cred_expire + 1 s later (default 120 s).
-AuthInfo=cred_expire=5
-MailProg=/bin/true
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=1
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
-# Private TmpFS and job ids of their own: Slurm's pmix plugin names its
-# directory TmpFS/spmix_appdir_UID_JOB.STEP, so two test clusters on one
-# machine (job 2 in both) broke each other's `srun --mpi=pmix`.
-TmpFS={d}/tmp
-FirstJobId={first_job_id}
-SlurmctldPidFile={d}/run/slurmctld.pid
-SlurmdPidFile={d}/run/slurmd.pid
-SlurmctldLogFile={d}/log/slurmctld.log
-SlurmdLogFile={d}/log/slurmd.log
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-ReturnToService=2
-SlurmdParameters=config_overrides
-MinJobAge=600
-KillWait=5
-NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=8000 State=UNKNOWN
-PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-"""
-
-
-def _which(name: str) -> str | None:
-    path = os.environ.get("PATH", "") + os.pathsep + os.pathsep.join(SBIN_PATHS)
-    return shutil.which(name, path=path)
-
-
-def _free_ports(n: int) -> list[int]:
-    # Hold all sockets open until every port is chosen so they differ.
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _die_with_parent():
-    # If pytest is killed outright, the daemons get SIGTERM instead of lingering.
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _install_slurm() -> None:
-    """apt-get install Debian's Slurm, or skip when that is impossible."""
-    if _which("slurmctld") and _which("slurmd") and _which("sbatch"):
-        return
-    if os.geteuid() != 0:
-        pytest.skip("Slurm is not installed and we are not root, so "
-                    "`apt-get install slurm-wlm` is impossible")
-    if not shutil.which("apt-get"):
-        pytest.skip("Slurm is not installed and there is no apt-get to install it")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    lock = ["-o", "DPkg::Lock::Timeout=300"]  # other agents may hold the lock
-    for cmd in (["apt-get", *lock, "update"],
-                # libpmix-dev: Slurm's mpi/pmix plugin dlopens pmix2/lib/libpmix.so,
-                # which only the -dev package has; without it `srun --mpi=pmix` fails.
-                ["apt-get", *lock, "install", "-y", "--no-install-recommends",
-                 "slurm-wlm", "munge", "libpmix-dev"]):
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.fail(f"{' '.join(cmd)} failed ({r.returncode}):\n"
-                        f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}", pytrace=False)
-    if not _which("slurmctld"):
-        pytest.fail("apt-get installed slurm-wlm but slurmctld is not on PATH or in /usr/sbin",
-                    pytrace=False)
-
-
-class SlurmCluster:
-    """A running one-node cluster: its configuration, daemons and helpers."""
-
-    def __init__(self, root: Path, node: str, cpus: int = CPUS):
-        self.root = root.resolve()
-        self.node = node
-        self.cpus = cpus
-        self.conf = self.root / "slurm.conf"
-        self.log_dir = self.root / "log"
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.submitted: list[str] = []
-        path = os.environ.get("PATH", "") + os.pathsep + os.pathsep.join(SBIN_PATHS)
-        #: environment for every Slurm command (and what jobs inherit)
-        self.env = {"SLURM_CONF": str(self.conf), "PATH": path}
-
-    # -- lifecycle -----------------------------------------------------------
-    def start(self, timeout: float = 30.0) -> None:
-        for sub in ("state", "spool", "run", "log", "tmp"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        ctld_port, slurmd_port = _free_ports(2)
-        self.conf.write_text(CONF.format(node=self.node, d=self.root, cpus=self.cpus,
-                                         ctld_port=ctld_port, slurmd_port=slurmd_port,
-                                         first_job_id=ctld_port * 1000))
-        env = self._env()
-        self._spawn("slurmctld", [_which("slurmctld"), "-D", "-c", "-f", str(self.conf)], env)
-        self._spawn("slurmd", [_which("slurmd"), "-D", "-f", str(self.conf), "-N", self.node], env)
-        deadline = time.monotonic() + timeout
-        state = ""
-        while time.monotonic() < deadline:
-            for name, p in self.procs.items():
-                if p.poll() is not None:
-                    raise RuntimeError(f"{name} exited with status {p.returncode} at start\n"
-                                       + self.logs())
-            r = self.run("sinfo", "-h", "-n", self.node, "-o", "%T", check=False)
-            state = r.stdout.strip()
-            if state == "idle":
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"node {self.node} not idle after {timeout:.0f} s "
-                           f"(sinfo says {state!r})\n" + self.logs())
-
-    def _spawn(self, name: str, argv: list[str], env: dict) -> None:
-        out = open(self.log_dir / f"{name}.stderr", "wb")
-        # cwd = our directory: slurmstepd inherits it, which is how stop() tells
-        # this cluster's step daemons from another cluster's.
-        self.procs[name] = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, cwd=self.root,
-                                            preexec_fn=_die_with_parent)
-        out.close()
-
-    def stop(self) -> None:
-        # Jobs first: slurmstepd outlives slurmd by design, so end them through Slurm.
-        if self.procs.get("slurmctld") and self.procs["slurmctld"].poll() is None:
-            self.run("scancel", "--full", "-u", str(os.getuid()), check=False)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                r = self.run("squeue", "-h", "-o", "%i", check=False)
-                if r.returncode != 0 or not r.stdout.strip():
-                    break
-                time.sleep(0.2)
-        for name in ("slurmd", "slurmctld"):
-            p = self.procs.get(name)
-            if p is None or p.poll() is not None:
-                continue
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
-        # A step daemon of a job that would not end (it blocks SIGTERM).
-        deadline = time.monotonic() + 5
-        while (left := self.step_daemons()) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def step_daemons(self) -> list[int]:
-        """PIDs of the slurmstepd processes of this cluster (by their cwd)."""
-        pids = []
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                if ((d / "comm").read_text().strip() == "slurmstepd"
-                        and os.readlink(d / "cwd") == str(self.root)):
-                    pids.append(int(d.name))
-            except OSError:
-                continue
-        return pids
-
-    # -- helpers ---------------------------------------------------------------
-    def _env(self, extra: dict | None = None) -> dict:
-        env = dict(os.environ)
-        env.update(self.env)
-        if extra:
-            env.update({k: str(v) for k, v in extra.items()})
-        return env
-
-    def run(self, *cmd: str, env: dict | None = None, check: bool = True,
-            cwd: str | os.PathLike | None = None, timeout: float = 30):
-        """Run a Slurm command against this cluster; returns CompletedProcess."""
-        r = subprocess.run(list(cmd), env=self._env(env), cwd=cwd, capture_output=True,
-                           text=True, timeout=timeout)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): "
-                               f"{r.stderr.strip() or r.stdout.strip()}")
-        return r
-
-    def submit(self, script: str | os.PathLike, env: dict | None = None,
-               args: list[str] | tuple = (), cwd: str | os.PathLike | None = None) -> str:
-        """sbatch SCRIPT with extra sbatch ARGS; returns the job id.
-
-        The job inherits os.environ + self.env + ENV (sbatch --export=ALL).
-        CWD is the submit directory (SLURM_SUBMIT_DIR; relative --output).
-        """
-        r = self.run("sbatch", "--parsable", *args, str(script), env=env, cwd=cwd)
-        job = r.stdout.strip().split(";")[0]
-        self.submitted.append(job)
-        return job
-
-    def job_info(self, job: str) -> dict[str, str]:
-        """`scontrol show job` as a dict ({} once the job is forgotten)."""
-        r = self.run("scontrol", "show", "job", "-o", str(job), check=False)
-        info = {}
-        for tok in r.stdout.split():
-            k, sep, v = tok.partition("=")
-            if sep and k not in info:
-                info[k] = v
-        return info
-
-    def wait(self, job: str, timeout: float = 120.0, poll: float = 0.2) -> str:
-        """Poll until JOB reaches a final state and return it (e.g. COMPLETED).
-
-        On timeout the job is cancelled and TimeoutError says what it was doing.
-        """
-        deadline = time.monotonic() + timeout
-        state = ""
-        while time.monotonic() < deadline:
-            state = self.job_info(job).get("JobState", "")
-            if state in TERMINAL_STATES:
-                return state
-            time.sleep(poll)
-        self.run("scancel", str(job), check=False)
-        raise TimeoutError(f"job {job} still {state or 'unknown'} after {timeout:.0f} s\n"
-                           + self.describe(job))
-
-    def describe(self, job: str) -> str:
-        """The job's record, its output file and the daemon logs, for failures."""
-        info = self.job_info(job)
-        parts = [f"job {job}: " + " ".join(f"{k}={info.get(k)}" for k in
-                                          ("JobState", "Reason", "ExitCode", "StdOut"))]
-        out = info.get("StdOut")
-        if out and os.path.exists(out):
-            parts.append(f"--- {out} (tail)\n" + Path(out).read_text(errors="replace")[-4000:])
-        parts.append(self.logs(lines=30))
-        return "\n".join(parts)
-
-    def logs(self, lines: int = 60) -> str:
-        text = []
-        for f in sorted(self.log_dir.glob("*")):
-            body = f.read_text(errors="replace").splitlines()[-lines:]
-            text.append(f"--- {f}\n" + "\n".join(body))
-        return "\n".join(text)
-
-    def srun_mpi_plugins(self) -> list[str]:
-        """What `srun --mpi=list` offers (none, pmi2, pmix...)."""
-        r = self.run("srun", "--mpi=list", check=False)
-        words = (r.stdout + r.stderr).replace(":", " ").split()
-        return [w for w in words if w in ("none", "pmi2", "cray_shasta")
-                or w.startswith("pmix")]
+__all__ = ["wait_for_line"]
 
 
 @pytest.fixture(scope="session")
 def slurm():
-    _install_slurm()
+    slurm_installed()
     node = socket.gethostname().split(".")[0]
     root = Path(tempfile.mkdtemp(prefix="mpips-slurm-"))
-    cluster = SlurmCluster(root, node)
+    cluster = SlurmCluster(root, [SlurmNode(node, "127.0.0.1")])
     try:
         cluster.start()
     except RuntimeError as e:
@@ -330,14 +52,3 @@ def repo() -> Path:
 def venv_python() -> str:
     py = REPO / ".venv" / "bin" / "python"
     return str(py) if py.exists() else sys.executable
-
-
-def wait_for_line(slurm, job: str, text: str, timeout: float = 180) -> None:
-    """Until the job's output file holds `text`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = slurm.job_info(job).get("StdOut")
-        if out and Path(out).exists() and text in Path(out).read_text(errors="replace"):
-            return
-        assert time.monotonic() < deadline, f"no {text!r} in the output\n" + slurm.describe(job)
-        time.sleep(0.2)

@@ -56,12 +56,14 @@ def test_heterogeneity_and_layout_labels():
     assert summarize.layout_label({"servers": 1, "group_servers": 2, "workers": 4}) == "1+2+4"
 
 
-def write_log(run_dir, *, varying: bool) -> RunLog:
+def write_log(run_dir, *, varying: bool, placement: list[dict] | None = None) -> RunLog:
     """A two-worker run written through RankLog; with `varying`, it holds what
-    adaptive paradigms log: r*, mode switches, batch sizes, lr scales."""
+    adaptive paradigms log: r*, mode switches, batch sizes, lr scales;
+    `placement`: its ranks' hosts and roles (runtime.layout.Layout.placement)."""
     os.makedirs(run_dir)
     write_run_header(str(run_dir), config=Config(paradigm="dssp").to_dict(),
-                     layout={"servers": 1, "group_servers": 0, "workers": 2, "parameters": 10},
+                     layout={"servers": 1, "group_servers": 0, "workers": 2, "parameters": 10,
+                             **({"placement": placement} if placement else {})},
                      versions={}, ranks=[0, 1])
     log = RankLog(rank_file(str(run_dir), 0), 0)
     for k in range(20):

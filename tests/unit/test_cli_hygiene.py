@@ -163,3 +163,25 @@ def test_plot_on_an_unreadable_run_h5_is_one_line(small_run, tmp_path, capsys):
     assert main(["plot", str(run), "-o", str(tmp_path / "figures")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "run.h5: not a readable run log" in err[0], err
+
+
+def test_info_shows_the_runs_settings(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    assert main(["simulate", "--run-dir", run_dir, "--workers", "2", "--iterations", "2", "--staleness", "5",
+                 "--slowdown", "1,2", "--lr", "0.02", "--progress", "off"]) == 0
+    capsys.readouterr()
+    assert main(["info", run_dir]) == 0
+    shown = {line.split()[0]: line.split(None, 1)[1] for line in capsys.readouterr().out.splitlines()
+             if line.startswith("  ")}
+    assert shown["staleness"] == "5" and shown["slowdown"] == "'1,2'" and shown["lr"] == "0.02"
+    assert shown["seed"] == "0" and shown["paradigm"] == "'ssp'" and "eval_every" not in shown   # a default
+    assert main(["info", run_dir, "--json"]) == 0
+    assert '"settings": {"paradigm": "ssp", "lr": 0.02' in capsys.readouterr().out
+
+
+def test_version_and_the_whole_help_of_plot():
+    import mpips
+
+    assert run(["--version"]).stdout.strip() == f"mpips {mpips.__version__}"
+    help_ = run(["plot", "--help"]).stdout
+    assert "dynamics-RUN.png" in help_ and "the axes\nsay so." in help_   # the docstring to its end

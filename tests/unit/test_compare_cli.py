@@ -11,6 +11,7 @@ import pytest
 from mpips import cli
 from mpips.config import ConfigError
 from mpips.experiments.compare import Comparison, OptionError, failure_reason, flags, parse_seeds
+from mpips.experiments.launch import Launches
 from mpips.experiments.plan import Candidate
 from mpips.experiments.setups import Setup
 
@@ -153,7 +154,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
 def test_a_launcher_that_starts_nothing_is_a_failed_run(tmp_path):
     # (`true` exits 0: the run counted as finished, and reading its log was a traceback)
     c = Comparison(["bsp"], [0], {"workers": 1, "iterations": 1}, str(tmp_path), launcher="true")
-    assert c.train() == ([], ["bsp-s0: exited 0 without a finished run log"])
+    with Launches() as launches:
+        assert c.train(launches) == ([], ["bsp-s0: exited 0 without a finished run log"])
 
 
 def test_compare_is_a_subcommand(capsys):

@@ -9,7 +9,7 @@ from mpips.runtime.layout import make_layout
 
 def test_defaults_validate():
     c = Config()
-    assert c.paradigm == "ssp" and c.staleness == 3
+    assert c.paradigm == "ssp" and c.options.staleness == 3
 
 
 @pytest.mark.parametrize("overrides, field, allowed", [

@@ -190,6 +190,19 @@ def test_a_damaged_cache_file_is_made_again(published, tmp_path, monkeypatch):
     assert data_module._read_cached(str(path), 5000) is not None
 
 
+def test_a_cache_file_of_other_samples_is_made_again(published, tmp_path, monkeypatch):
+    """Of the right length, but signals of 20 values: it trained on them (10.6%, exit 0)."""
+    _, first = published
+    version = importlib.metadata.version("mnist1d")
+    path = tmp_path / f"mnist1d-{version}-5000.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, x_train=rng.normal(size=(4000, 20)).astype(np.float32), y_train=np.arange(4000) % 10,
+             x_test=rng.normal(size=(1000, 20)).astype(np.float32), y_test=np.arange(1000) % 10)
+    assert data_module._read_cached(str(path), 5000) is None
+    again = load_mnist1d(tmp_path, monkeypatch)
+    assert torch.equal(again.x_train, first.x_train)
+
+
 def test_mnist1d_samples_makes_it_larger(tmp_path, monkeypatch):
     d = load_mnist1d(tmp_path, monkeypatch, mnist1d_samples=6000)
     assert (len(d.y_train), len(d.y_test), d.input_shape) == (4800, 1200, (40,))
@@ -278,6 +291,39 @@ def fails():
 def three():
     return 1, 2, 3
 
+def exits():
+    raise SystemExit(0)
+
+def interrupted():
+    raise KeyboardInterrupt
+
+def fractional():
+    x, y, xt, yt = four()
+    return x, y + 0.5, xt, yt
+
+def ragged():
+    return [[1.0, 2.0], [1.0]] * 5, [0, 1] * 5, [[1.0, 2.0]], [0]
+
+def strings():
+    return np.array([["a", "b"]] * 10), [0, 1] * 5, np.array([["a", "b"]]), [0]
+
+def complex_():
+    x, y, xt, yt = four()
+    return x * 1j, y, xt * 1j, yt
+
+def flat():
+    x, y, xt, yt = four()
+    return x[:, 0], y, xt[:, 0], yt
+
+def with_nan():
+    x, y, xt, yt = four()
+    x[7, 2] = np.nan
+    return x, y, xt, yt
+
+def integers():
+    x, y, xt, yt = four()
+    return x.astype(np.int64), y, xt.astype(np.int64), yt
+
 NOT_CALLABLE = 3
 """
 
@@ -300,12 +346,36 @@ def test_a_users_dataset_function(user_data):
     ("NOT_CALLABLE", "module {} has no function NOT_CALLABLE"),
     ("fails", "fails() failed: RuntimeError: no data today"),
     ("three", "three() returned tuple: a user's dataset is (x_train, y_train, x_test, y_test)"),
+    # a BaseException of the user's but a stop is a failure of the function (SystemExit(0): exit 0, no run)
+    ("exits", "exits() failed: SystemExit: 0"),
+    # what a model cannot train on, said before training (truncated, tracebacks, blamed on --model)
+    ("fractional", "fractional() returned y_train[0]=0.5: labels are class indices: integers >= 0; "
+                   "a fractional one is refused, not truncated"),
+    ("ragged", "ragged() returned x_train: ragged: its samples differ in shape"),
+    ("strings", "strings() returned x_train: holds <U1 values, not numbers"),
+    ("complex_", "complex_() returned x_train torch.complex128: features must be real numbers, not complex"),
+    ("flat", "flat() returned x_train (40,): a sample is one number here"),
+    ("with_nan", "with_nan() returned x_train: sample 7 holds NaN or infinite values (1 of 40 samples do)"),
 ])
 def test_a_users_dataset_that_cannot_be_used_is_one_line(user_data, function, problem):
     with pytest.raises(ConfigError) as e:
         load_dataset(Config(dataset=f"{user_data}:{function}"))
     assert str(e.value).startswith(f"invalid dataset='{user_data}:{function}': {problem.format(user_data)}")
     assert e.value.field == "dataset" and "\n" not in str(e.value)
+
+
+def test_ctrl_c_in_a_users_dataset_function_stays_an_interrupt(user_data):
+    with pytest.raises(KeyboardInterrupt):
+        load_dataset(Config(dataset=f"{user_data}:interrupted"))
+
+
+def test_integer_features_stay_and_a_model_of_floats_says_so(user_data):
+    from mpips.training.models import build_model, check_model
+
+    d = load_dataset(Config(dataset=f"{user_data}:integers"))
+    assert d.x_train.dtype == torch.int64   # (an embedding takes them)
+    with pytest.raises(ConfigError, match=r"fails on a batch of int64 features of shape \(2, 6\)"):
+        check_model(build_model("mlp", d.input_shape, d.num_classes), "mlp", d.x_train[:2], d.num_classes)
 
 
 def test_a_users_dataset_module_not_found():

@@ -1,7 +1,6 @@
-"""The README's configuration table and the log schema document stay complete;
+"""The configuration page and the log schema document stay complete; the README starts with its quick start;
 the documents name only files of the repository and flags that exist."""
 import argparse
-import dataclasses
 import os
 import re
 import subprocess
@@ -9,7 +8,7 @@ import sys
 
 import pytest
 
-from mpips.config import Config
+from mpips.config import SHARED
 from mpips.io.log import TABLES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -20,16 +19,27 @@ def read(name):
         return fh.read()
 
 
-def test_readme_documents_every_setting():
-    readme = read("README.md")
-    missing = [f.name for f in dataclasses.fields(Config) if f"| `{f.name}` |" not in readme]
-    assert not missing, f"README configuration table lacks {missing}"
+def test_the_configuration_page_documents_every_setting():
+    from mpips.paradigms import option_specs
+
+    page = read("docs/configuration.md")
+    names = [*SHARED, *(name for own in option_specs().values() for name in own)]
+    missing = [name for name in dict.fromkeys(names) if f"| `{name}` |" not in page]
+    assert not missing, f"docs/configuration.md's table lacks {missing}"
 
 
-def test_readme_starts_with_the_two_commands():
-    readme = read("README.md")
-    assert readme.index("make demo") < readme.index("## Running")
-    assert readme.index("make test") < readme.index("## Running")
+def test_readme_starts_with_the_two_commands_and_the_activation():
+    # the first screen (40 lines): the quick start, whose commands a new shell can run
+    first_screen = "\n".join(read("README.md").splitlines()[:40])
+    for shown in ("make demo", "make test", ". .venv/bin/activate", "mpirun -n 5 mpips train"):
+        assert shown in first_screen, shown
+    assert first_screen.index("make demo") < first_screen.index("make test") < first_screen.index(". .venv/bin/activate")
+
+
+def test_the_citation_file_names_this_version():
+    import mpips
+
+    assert f"version: {mpips.__version__}" in read("CITATION.cff")
 
 
 def test_log_schema_documents_every_column():
@@ -94,11 +104,19 @@ def test_docs_name_only_flags_that_exist():
             flags.update(s for s in action.option_strings if s.startswith("--"))
             if isinstance(action, argparse._SubParsersAction):
                 parsers += action.choices.values()
-    for doc in ("docs/paradigms.md", "docs/environment.md"):
+    # summarize, plot, export: programs of their own (cli.DELEGATED), their flags in their source
+    from mpips.cli import DELEGATED
+
+    for module, _ in DELEGATED.values():
+        source = read(module.replace(".", "/") + ".py")
+        flags.update(re.findall(r"add_argument\((?:\"-\w\", )?\"(--[a-z][a-z0-9-]*)\"", source))
+    for doc in ("docs/paradigms.md", "docs/environment.md", "docs/guide.md", "docs/troubleshooting.md",
+                "README.md"):
         named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", read(doc)))
         # mpirun's, pytest's and Slurm's options, in environment.md's commands
         named -= {"--bind-to", "--mpi", "--with-mpi", "--timeout", "--timeout-method",
-                  "--ignore", "--parsable", "--signal", "--wait", "--ntasks"}
+                  "--ignore", "--parsable", "--signal", "--wait", "--ntasks", "--hostfile", "--requeue",
+                  "--gpus-per-node", "--logdir", "--batch"}
         unknown = sorted(named - flags)
         assert not unknown, f"{doc} names flags mpips does not have: {unknown}"
 
@@ -141,7 +159,8 @@ def test_the_conda_environment_lists_every_dependency():
     cfg.read(os.path.join(ROOT, "setup.cfg"))
     needed = {re.split(r"[<>=!\s]", line.strip())[0] for key in ("install_requires",)
               for line in cfg["options"][key].splitlines() if line.strip()}
-    needed |= {line.strip() for line in cfg["options.extras_require"]["test"].splitlines() if line.strip()}
+    needed |= {re.split(r"[<>=!\s]", line.strip())[0]
+               for line in cfg["options.extras_require"]["test"].splitlines() if line.strip()}
     with open(os.path.join(ROOT, "environment.yml")) as fh:
         dependencies = yaml.safe_load(fh)["dependencies"]
     from_pip = [d for entry in dependencies if isinstance(entry, dict) for d in entry.get("pip", [])]
@@ -149,3 +168,12 @@ def test_the_conda_environment_lists_every_dependency():
     assert "pytorch" in listed   # torch, which setup.cfg leaves to the user (pinned first)
     missing = sorted(needed - listed)
     assert not missing, f"environment.yml lacks {missing} (setup.cfg's dependencies)"
+
+
+def test_the_paradigms_settings_table_is_made_from_their_options():
+    from mpips.paradigms import options_markdown
+
+    doc = read("docs/paradigms.md")
+    start, end = "<!-- generated: options_markdown -->\n", "<!-- end generated -->"
+    assert doc[doc.index(start) + len(start):doc.index(end)] == options_markdown(), \
+        "docs/paradigms.md's settings table is stale: paste options_markdown()'s output"

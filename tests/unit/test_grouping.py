@@ -90,7 +90,7 @@ def test_parse_assignment_errors(text, why):
 
 
 def test_make_groups_prefers_the_explicit_assignment():
-    cfg = Config(groups=2, group_assignment="2,3;0,1")
+    cfg = Config(paradigm="gssp", groups=2, group_assignment="2,3;0,1")
     assert make_groups(cfg, 4, [1, 1, 4, 4]) == [[2, 3], [0, 1]]
-    cfg = Config(groups=2, grouping="kmeans")
+    cfg = Config(paradigm="gssp", groups=2, grouping="kmeans")
     assert make_groups(cfg, 4, [4, 4, 1, 1]) == [[2, 3], [0, 1]]

@@ -118,12 +118,17 @@ def test_runs_of_different_settings_are_never_pooled(runs, figures, tmp_path):
     assert list(groups) == [2, 2]
     plot.time_to_target_figure(compared, str(tmp_path / "ttt.png"), 0.3)
     (_, [bars]), = figures
-    assert bars["y"] == ["ssp, staleness 2", "ssp, staleness 6"]
-    # the accuracy figure: a line and a legend entry per run
+    # fastest first
+    assert bars["y"] == plot.target_order(plot.target_frame(compared, 0.3))
+    assert sorted(bars["y"]) == ["ssp, staleness 2", "ssp, staleness 6"]
+    # the accuracy figure: a line and a legend entry per setting, the mean of its seeds
     plot.accuracy_figure(compared, str(tmp_path / "acc.png"), 0.3)
     accuracy, loss = figures[-1][1]
-    assert loss["legend"] == list(plot.run_labels(compared)["label"])
+    assert loss["legend"] == ["ssp, staleness 2 (2 seeds)", "ssp, staleness 6 (2 seeds)"]
     assert len(accuracy["legend"]) == 0
+    # per seed, one option away: a line per run
+    plot.accuracy_figure(compared, str(tmp_path / "acc-seeds.png"), 0.3, per_seed=True)
+    assert figures[-1][1][1]["legend"] == list(plot.run_labels(compared)["label"])
 
 
 def test_a_64_worker_run_stays_readable(runs, figures, tmp_path):
@@ -136,3 +141,46 @@ def test_a_64_worker_run_stays_readable(runs, figures, tmp_path):
     text = summarize.render_text(summarize.table([wide.run_dir], 0.9), 0.9)
     assert max(map(len, text.splitlines())) <= summarize.WIDTH
     assert "slowdown 1x48,2x12,4x4" in text and "mlp on digits" in text
+
+
+def test_a_settings_mean_curve_and_band_come_from_its_seeds():
+    import pandas as pd
+
+    ev = pd.DataFrame({"k": [0, 0, 0, 1, 1, 1, 2, 2], "group": ["a"] * 6 + ["b"] * 2,
+                       "time": [0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 0.0, 1.0],
+                       "accuracy": [0.1, 0.5, 0.9, 0.3, 0.7, 0.7, 0.2, 0.4]})
+    curves = {g: rest for g, *rest in plot.mean_curves(ev, points=5)}
+    t, mean, low, high, runs = curves["a"]
+    assert runs == 2 and list(t) == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert mean.tolist() == pytest.approx([0.2, 0.4, 0.6, 0.7, 0.8])
+    assert low.tolist() == pytest.approx([0.1, 0.3, 0.5, 0.7, 0.7])
+    assert high.tolist() == pytest.approx([0.3, 0.5, 0.7, 0.7, 0.9])
+    t, mean, *_ = curves["b"]   # one seed, ending at 1.0: no values after its end
+    assert list(t) == [0.0, 0.5, 1.0] and mean.tolist() == pytest.approx([0.2, 0.3, 0.4])
+
+
+def test_time_to_target_bars_are_sorted_fastest_first_never_reached_last():
+    import pandas as pd
+
+    nan = float("nan")
+    runs = pd.DataFrame({"group": ["slow", "never", "fast", "fast", "slow", "once", "once"],
+                         "time": [9.0, nan, 1.0, 3.0, 7.0, 0.5, nan]})
+    # "once" reached it in one run of two: after those that always did, however fast
+    assert plot.target_order(runs) == ["fast", "slow", "once", "never"]
+
+
+def test_entries_get_distinct_colours():
+    assert len(set(plot.ENTRY_COLOURS)) == len(plot.ENTRY_COLOURS) >= 12
+
+
+def test_more_than_eight_entries_are_drawn_as_small_multiples(tmp_path, figures):
+    logs = []
+    for k in range(10):
+        log = write_log(tmp_path / f"run{k}", varying=False)
+        log.label = f"entry{k}"   # as mpips compare names its entries' runs
+        logs.append(log)
+    plot.accuracy_figure(logs, str(tmp_path / "acc.png"), 0.5)
+    (_, panels), = figures
+    shown = [p for p in panels if p["title"]]
+    assert [p["title"] for p in shown] == [f"entry{k}" for k in range(10)]   # a panel per entry
+    assert all(not p["legend"] for p in shown)                               # named by its title

@@ -21,9 +21,11 @@ import math
 import numpy as np
 import pytest
 
+from mpips.config import Config
 from mpips.experiments import probe
+from mpips.heterogeneity import parse_random_stragglers
 from mpips.io.log import ITERATION
-from mpips.training.emulation import parse_random_stragglers, random_stragglers
+from mpips.training.emulation import random_stragglers
 
 WORKERS, RUNS, ITERATIONS = 4, 3, 500
 SEEDS = range(0, 180, 3)   # 60 seeds; each uses seed, seed + 1, seed + 2 (its runs): no run is drawn twice
@@ -34,15 +36,16 @@ WAKE = 5e-5                # a sleep's late wake-up, seconds (exponential): the 
 def drawn(text: str, seed: int, slowdown=(1.0,) * WORKERS, delayed: float = 0.0) -> list[list[np.ndarray]]:
     """Per worker, its iterations in each of the probe's runs as the emulation
     would log them: compute = device time x persistent x straggle factor (the
-    straggles of random_stragglers(text, worker, seed + run)), plus a late
+    straggles the emulation draws with seed + run), plus a late
     wake-up; `delayed`: that share of the fast iterations made 1.5-1.9 times
     slower (a loaded machine's scheduling, no straggle)."""
     rng = np.random.default_rng([seed, 1])
+    cluster = Config(random_stragglers=text).cluster
     out: list[list[np.ndarray]] = [[] for _ in range(WORKERS)]
     for run in range(RUNS):
         for w in range(WORKERS):
             factor = np.ones(ITERATIONS)
-            for s in random_stragglers(text, w, seed + run, WORKERS):
+            for s in random_stragglers(cluster.random_of(w), w, seed + run):
                 if s.start >= ITERATIONS:
                     break
                 factor[s.start:s.start + s.length] *= s.factor

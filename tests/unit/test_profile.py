@@ -5,7 +5,8 @@ import pytest
 
 from mpips.config import Config, ConfigError, load
 from mpips.experiments import profile
-from mpips.training.emulation import Slowdown, parse_device_time, parse_random_stragglers
+from mpips.heterogeneity import parse_device_time, parse_random_stragglers
+from mpips.training.emulation import Slowdown
 
 TWO_KINDS = {
     "workers": [

@@ -8,9 +8,17 @@ import pytest
 import torch
 
 from mpips.config import Config, ConfigError
+from mpips.heterogeneity import parse_stragglers
 from mpips.io.log import RankLog, RunLog, time_to_target, write_run_end, write_run_header
-from mpips.runtime.transport.wait import MAX_SLEEP, MIN_SLEEP, StallError, next_sleep, precise_sleeps, wait_until
-from mpips.training.emulation import Slowdown, parse_stragglers
+from mpips.runtime.transport.wait import (
+    MAX_SLEEP,
+    MIN_SLEEP,
+    StallError,
+    next_sleep,
+    precise_sleeps,
+    wait_until,
+)
+from mpips.training.emulation import Slowdown
 
 
 def log_row(log, table: str, *values) -> None:
@@ -44,6 +52,31 @@ def test_wait_polls_with_backoff_not_spinning():
     assert n[0] < 3000  # a spin would poll millions of times in 0.3 s
 
 
+def test_a_poll_that_finds_nothing_changed_skips_its_check_but_for_a_heartbeat(monkeypatch):
+    import mpips.runtime.transport.wait as wait
+
+    checks, polls = [0], [0]
+
+    def changed():
+        polls[0] += 1
+        return polls[0] == 40   # a write, seen at the 40th poll
+
+    def ready():
+        checks[0] += 1
+        return polls[0] >= 40
+
+    monkeypatch.setattr(wait, "HEARTBEAT", 60.0)
+    wait_until(ready, what="x", describe=lambda: "-", warn=10, timeout=10, changed=changed,
+               due=lambda: -1.0)   # overdue from the start: polled every few microseconds
+    assert polls[0] == 40 and checks[0] == 2   # the first check, and the one after the write
+    # nothing written, ever: checked again once a heartbeat passed
+    monkeypatch.setattr(wait, "HEARTBEAT", 0.02)
+    checks[0] = polls[0] = 0
+    waited = wait_until(lambda: ready() or checks[0] == 2, what="x", describe=lambda: "-", warn=10,
+                        timeout=10, changed=lambda: False, due=lambda: -1.0)
+    assert checks[0] == 2 and waited >= 0.02
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/timerslack_ns"), reason="Linux only")
 def test_precise_sleeps_sets_a_1us_timer_slack():
     with open("/proc/self/timerslack_ns") as f:
@@ -69,6 +102,9 @@ def test_sleeps_are_a_fraction_of_the_wait_or_last_until_what_is_due():
     # one long overdue (a worker blocked at its gate) does not hide one due soon
     assert next_sleep(0.5, np.array([-1.0, 50e-6])) == pytest.approx(50e-6)
     assert next_sleep(0.5, np.array([])) == MAX_SLEEP          # nothing known: as without
+    assert next_sleep(0.01, 300e-6) == pytest.approx(300e-6)   # one thing awaited, as a float:
+    assert next_sleep(0.01, -200e-6) == pytest.approx(20e-6)   # until it is due, then finely,
+    assert next_sleep(400e-6, 300e-6) == pytest.approx(100e-6)  # never later than without
 
 
 def test_slowdown_persistent_and_transient():
@@ -262,6 +298,25 @@ def test_a_log_row_is_checked_against_its_tables_columns(tmp_path):
     log.close()
 
 
+def test_log_rows_in_any_keyword_order_fill_blocks_and_read_back(tmp_path):
+    """Rows go into a buffer that grows to a block (CHUNK rows) and is then
+    written; a call site's keyword order is checked once and kept."""
+    from mpips.io.writer import CHUNK, FIRST_ROWS
+
+    run = str(tmp_path)
+    write_run_header(run, config=Config().to_dict(), layout={"servers": 1, "workers": 1}, versions={}, ranks=[0])
+    log = RankLog(os.path.join(run, "rank-0.h5"), 0, flush_seconds=3600)
+    n = 2 * CHUNK + FIRST_ROWS + 3
+    for i in range(n):
+        row = dict(time=0.1 * i, epoch=float(i), steps=i, pushes=2 * i, loss=0.5, accuracy=i / n)
+        log.row("evaluations", **(row if i % 3 else dict(reversed(row.items()))))   # two orders, in turn
+    assert log._sets["evaluations"].shape[0] == 2 * CHUNK   # two whole blocks written, the rest buffered
+    log.close()
+    ev = RunLog(run).evaluations
+    assert ev["steps"].tolist() == list(range(n)) and ev["pushes"].tolist() == [2 * i for i in range(n)]
+    assert ev["time"] == pytest.approx([0.1 * i for i in range(n)])
+
+
 def test_a_view_field_declares_the_cells_it_reads():
     """The simulator wakes a waiting gate only when a cell its view's fields
     read changes (TableView.cells): a field without its cells is refused
@@ -294,3 +349,45 @@ def test_a_view_field_declares_the_cells_it_reads():
     untouched = view.cells([1])
     _ = view.steps, view.mine   # reading them declares their cells
     assert view.cells([1]) == untouched + [table.server_offset(0, S.STEPS), table.server_offset(1, S.STEPS)]
+
+
+def test_the_progress_interval_is_seconds_or_off(monkeypatch):
+    """MPIPS_PROGRESS_INTERVAL (transport.mpi.ProgressThread): seconds, 0 for
+    no thread; anything else a one-line error naming it."""
+    from mpips.runtime.transport.mpi import PROGRESS_INTERVAL, progress_interval
+
+    monkeypatch.delenv("MPIPS_PROGRESS_INTERVAL", raising=False)
+    assert progress_interval() == PROGRESS_INTERVAL
+    for text, value in (("0", 0.0), ("5e-4", 5e-4)):
+        monkeypatch.setenv("MPIPS_PROGRESS_INTERVAL", text)
+        assert progress_interval() == value
+    for bad in ("fast", "-1", "2", "nan"):
+        monkeypatch.setenv("MPIPS_PROGRESS_INTERVAL", bad)
+        with pytest.raises(ConfigError, match="MPIPS_PROGRESS_INTERVAL"):
+            progress_interval()
+
+
+def test_a_simulated_stores_pending_pushes_come_back_from_a_copy():
+    """The simulator's store keeps the ParameterStore protocol whole: a
+    server's slots and heads as a checkpoint would copy and restore them."""
+    from mpips.runtime.layout import Layout
+    from mpips.runtime.state import Head, heads_of
+    from mpips.runtime.transport.local import LocalTransport, Network
+    from mpips.runtime.transport.protocols import LevelSpec
+
+    transport = LocalTransport(Layout(1, 0, 2), Network(0.0, 1e9, 0.0, 0))
+    handles = transport.level([LevelSpec(members=(0, 1, 2), servers=(0,), table_rows=2, slot_rows=(0, 1))],
+                              n=4, sparse=False)
+    server, client = handles[0].store, handles[2].store
+
+    def push():
+        client.push(np.arange(4, dtype=np.float32), row=1, number=1, key=7)
+
+    transport.run({2: push}, 0.0)
+    kept = server.pending()
+    assert kept["slots"][1].tolist() == [0, 1, 2, 3] and heads_of(kept["heads"]) == [Head(0, 0), Head(1, 7)]
+    # (an older checkpoint's heads: a number and a key only)
+    server.restore_pending({"slots": np.zeros((2, 4), np.float32), "heads": np.zeros((2, 2), np.int64)})
+    assert not server.pending()["slots"].any()
+    server.restore_pending(kept)
+    assert heads_of(server.pending()["heads"]) == [Head(0, 0), Head(1, 7)]

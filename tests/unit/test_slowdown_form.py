@@ -6,7 +6,8 @@ import pytest
 
 from mpips.analysis.summarize import heterogeneity
 from mpips.config import Config, ConfigError
-from mpips.training.emulation import Slowdown, format_slowdown, parse_slowdown
+from mpips.heterogeneity import format_slowdown, parse_slowdown
+from mpips.training.emulation import Slowdown
 
 
 @pytest.mark.parametrize("text, factors", [

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mpips.config import Config
-from mpips.experiments.syncswitch_search import ProbeRunner, bisect
+from mpips.experiments.syncswitch_search import Probe, ProbeRunner, bisect, search
 from mpips.paradigms import MODE_ASP, MODE_BSP, ClusterView, make_paradigm
 from mpips.paradigms.syncswitch import DECIDING, StragglerDetector, momentum_after_switch, round_ready
 from mpips.paradigms.view import SLOT_MODE, SLOT_MODE_CLOCK
@@ -209,14 +209,44 @@ def test_search_bisects_to_the_smallest_f_within_tolerance():
     assert bisect(lambda f: False, 0.0, 0.5, 4) is None       # not even the top of the range
 
 
+def curve(points: dict, reference: list[float]):
+    """A search's runs as a table: f -> the seeds' final accuracies."""
+    def run(name, f):
+        return Probe(f, list(reference if f is None else points[f]))
+    return run
+
+
+def test_a_curve_that_falls_as_f_grows_is_said_not_answered():
+    """`syncswitch-search -n 5 -- --epochs 5` answered f = 1.0 (pure BSP) after
+    measuring these on one seed: a bisection of a curve that goes up and down."""
+    issue = {0.0: [0.942], 0.5: [0.844], 0.75: [0.928], 0.875: [0.928], 0.9375: [0.780]}
+    record = search(curve(issue, [0.953]), low=0.0, high=1.0, tolerance=0.5, steps=4, report=lambda r, p: None)
+    assert record["bisection"] == 1.0 and record["chosen"] is None and record["monotone"] is False
+    assert record["falls"] == ["f = 0.0000: 94.2%", "f = 0.9375: 78.0%"]
+    # over seeds whose spread covers the same fall, it is noise: the bisection's answer stands
+    noisy = {f: [a - 0.15, a + 0.15] for f, (a,) in issue.items()}
+    record = search(curve(noisy, [0.803, 1.103]), low=0.0, high=1.0, tolerance=0.5, steps=4, report=lambda r, p: None)
+    assert record["monotone"] is True and record["chosen"] == record["bisection"]
+
+
+def test_a_rising_curve_is_answered():
+    rising = {0.0: [0.80, 0.82], 0.5: [0.951, 0.953], 0.25: [0.86, 0.87], 0.375: [0.951, 0.949]}
+    seen = []
+    record = search(curve(rising, [0.95, 0.954]), low=0.0, high=1.0, tolerance=0.5, steps=3,
+                    report=lambda r, p: seen.append(p and p.f))
+    assert record["chosen"] == 0.375 and record["monotone"] is True
+    assert seen == [None, 0.0, 0.5, 0.25, 0.375, None]
+    assert record["probes"][3]["final_accuracy"] == pytest.approx(0.95)
+
+
 def test_search_runs_train_with_its_flags_last(srun_on_path):
     r = ProbeRunner(ranks=3, launcher="srun --mpi=pmix", flags=["--epochs", "1", "--switch-at", "0.9"],
-                    out="/o", timeout=None)
-    cmd = r.command("/o/p", 0.25)
+                    out="/o", timeout=None, launches=None)
+    cmd = r.command("/o/p", 0.25, seed=2)
     assert cmd[:4] == ["srun", "--mpi=pmix", "-n", "3"]
     assert cmd[cmd.index("train") + 1:] == ["--epochs", "1", "--switch-at", "0.9", "--paradigm",
-                                            "syncswitch", "--switch-at", "0.25", "--run-dir", "/o/p",
-                                            "--overwrite"]
+                                            "syncswitch", "--switch-at", "0.25", "--seed", "2", "--run-dir",
+                                            "/o/p", "--overwrite"]
     assert "bsp" in r.command("/o/r", None)
 
 

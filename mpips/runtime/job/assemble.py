@@ -13,7 +13,8 @@ import torch
 
 from ... import __version__
 from ...config import Config, ConfigError
-from ...io.log import DiskFull, set_status, write_run_header
+from ...io.log import DiskFull
+from ...io.rundir import RunDir
 from ...paradigms import make_paradigm
 from ...paradigms.async_rules import READING
 from ...paradigms.base import counted
@@ -22,16 +23,22 @@ from ...training.models import build_model, check_model, model_label
 from ..context import Context, Level, Plan, Services
 from ..layout import Layout
 from ..roles.evaluator import Evaluator
-from ..roles.start import start_role
+from ..roles.start import check_steps, start_role
 from ..roles.worker import Worker
-from ..transport.protocols import LevelSpec, Transport
+from ..transport.protocols import EveryRank, LevelSpec, Transport
 from ..transport.wait import SetupTimeout
 from .levels import two_levels
 
 
-class TrainingFailed(Exception):
+class TrainingFailed(EveryRank):
     """The run ended without training (every push rejected); under MPI every
     rank raises it with the same one-line message after a clean end."""
+
+
+def setup_phase(config: Config, rank: int, what: str) -> None:
+    """Rank 0 names the set-up step under way (seconds of it, on a loaded node)."""
+    if rank == 0 and config.progress != "off":
+        print(f"mpips: set-up: {what}", file=sys.stderr, flush=True)
 
 
 def prepare(config: Config, layout, *, model=None, dataset=None):
@@ -49,13 +56,14 @@ def prepare(config: Config, layout, *, model=None, dataset=None):
     model = build_model(config.model if model is None else model, data.input_shape, data.num_classes)
     check_model(model, config.model if model is None else model_label(model), data.x_train[:2], data.num_classes)
     paradigm = make_paradigm(config, layout.workers)
-    config.check_epoch_size(paradigm, len(data.y_train))
-    ipe = counted(config.paradigm, paradigm.iterations_per_epoch, len(data.y_train))
-    return data, model, paradigm, ipe
+    check_steps(paradigm, config.paradigm)
+    config.check_epoch_size(paradigm, len(data.y_train), "the dataset given" if dataset is not None else "")
+    epoch_iterations = counted(config.paradigm, paradigm.iterations_per_epoch, len(data.y_train))
+    return data, model, paradigm, epoch_iterations
 
 
-def make_plan(config: Config, layout: Layout, paradigm, samples: int, ipe: float, num_params: int,
-              loss_fn=None) -> Plan:
+def make_plan(config: Config, layout: Layout, run: RunDir, paradigm, samples: int, epoch_iterations: float,
+              num_params: int, loss_fn=None) -> Plan:
     """The run's plan, sized: a global budget is E passes over the training
     set by everyone (mpips/runtime/roles/budget.py); `iterations` then counts
     rounds of every worker's batch, the unit in which paradigms count rounds
@@ -63,46 +71,66 @@ def make_plan(config: Config, layout: Layout, paradigm, samples: int, ipe: float
     total_samples = 0
     if config.budget == "global":
         round_samples = counted(config.paradigm, paradigm.round_samples)
-        ipe = samples / round_samples
+        epoch_iterations = samples / round_samples
         total_samples = (config.iterations * round_samples if config.iterations
                          else max(1, round(config.epochs * samples)))
         iterations = int(np.ceil(total_samples / round_samples))
     else:
-        iterations = config.iterations or max(1, int(np.ceil(config.epochs * ipe - 1e-9)))
-    epochs = total_samples / (ipe * paradigm.round_samples()) if total_samples else iterations / ipe
+        iterations = config.iterations or max(1, int(np.ceil(config.epochs * epoch_iterations - 1e-9)))
+    epochs = (total_samples / (epoch_iterations * paradigm.round_samples()) if total_samples
+              else iterations / epoch_iterations)
     reads = paradigm.asynchronous and config.async_rule in READING
-    return Plan(config, layout, config.run_dir, iterations, ipe, epochs, total_samples, num_params,
-                config.compressor != "none", reads=reads, loss_fn=loss_fn)
+    return Plan(config, layout, run, iterations, epoch_iterations, epochs, total_samples, num_params,
+                config.compressor != "none", reads=reads, loss_fn=loss_fn, training_samples=samples)
+
+
+def too_short(plan: Plan) -> str:
+    """Why a run under the global budget cannot train, or '': a round of every
+    worker's batch beyond the training set makes an epoch less than one round
+    (256 workers x 16 samples on 1,438 digits: 5 epochs were 2 rounds, 10.6%)."""
+    if not plan.total_samples or plan.iterations_per_epoch >= 1:
+        return ""
+    round_samples = round(plan.training_samples / plan.iterations_per_epoch)
+    return (f"a round of the {plan.layout.workers} workers' batches ({round_samples:,} samples) is more than the "
+            f"{plan.training_samples:,} training samples: {plan.epochs:g} epoch(s) are {plan.total_samples:,} "
+            f"samples, {plan.iterations} round(s) of updates, too few to train; use fewer workers, a smaller "
+            f"--batch-size, more data (mnist1d: --mnist1d-samples) or more --epochs")
 
 
 def announce(plan: Plan, segment: int, versions: dict, trains: dict, *, run_id: str, **more) -> None:
     """Rank 0: run.h5's header, and the job's one line on stdout. `trains`: `workload`'s."""
     config, layout, size = plan.config, plan.layout, plan.layout.size
-    write_run_header(plan.run_dir, config=config.to_dict(), versions=versions, run_id=run_id,
-                     layout={**layout.to_dict(), **trains, "world_size": size, "parameters": plan.num_params,
-                             "evaluation": "evaluator" if layout.evaluators else "inline",
-                             "iterations_per_worker": plan.iterations,
-                             "iterations_per_epoch": plan.iterations_per_epoch,
-                             "total_samples": plan.total_samples, **more},
-                     ranks=list(range(size)), segment=segment)
+    plan.run.write_header(config=config.to_dict(), versions=versions, run_id=run_id,
+                          layout={**layout.to_dict(), **trains, "world_size": size, "parameters": plan.num_params,
+                                  "evaluation": "evaluator" if layout.evaluators else "inline",
+                                  "iterations_per_worker": plan.iterations,
+                                  "iterations_per_epoch": plan.iterations_per_epoch,
+                                  "total_samples": plan.total_samples, **more},
+                          ranks=list(range(size)), segment=segment)
     budget = (f"{plan.total_samples} samples in all" if plan.total_samples
               else f"{plan.iterations} iterations per worker")
+    if config.time_limit:   # (the probe's runs: a budget they are not meant to reach)
+        budget = f"until {config.time_limit:g} s of training or {budget}"
+    if too_short(plan):
+        print(f"mpips: warning: {too_short(plan)}", file=sys.stderr, flush=True)
+    nodes = len({rank["host"] for rank in more.get("placement", ())})
     print(f"mpips: {config.paradigm} | {layout.servers} server(s), {layout.workers} workers"
           f"{', ' + str(layout.group_servers) + ' group servers' if layout.group_servers else ''}"
+          f"{f' on {nodes} nodes' if nodes > 1 else ''}"
           f" | {trains['model']} on {trains['dataset']} ({plan.num_params} parameters) | {budget}"
-          f" | run {plan.run_dir}", flush=True)
+          f" | run {plan.run}", flush=True)
 
 
-def judge_training(run_dir: str, rejected: int, pushes: int, lost_losses: int = 0, *, failure: str = "") -> str:
+def judge_training(run: RunDir, rejected: int, pushes: int, lost_losses: int = 0, *, failure: str = "") -> str:
     """Rank 0, once every rank's log is closed: the run's status, last of all
     (a `finished` written at the final evaluation stayed when a log could not
     be closed after it); '' if the run finished, else why not (then run.h5
     says `failed` or `diverged`, and the job exits 1). `failure`: a log or
     checkpoint that could not be written (a full disk). Rejected pushes (NaN
     or Inf gradients) are never applied: a run of nothing else made no
-    update, and one of mostly those diverged (--lr 1e6: 86 of 90 rejected,
-    and it said `finished`); so did one whose final evaluation's loss is not
-    finite (`lost_losses`: evaluating ranks whose last loss was NaN or Inf)."""
+    update, and one of more than half of them diverged, whatever its last
+    evaluation says; so did one whose final evaluation's loss is not finite
+    (`lost_losses`: evaluating ranks whose last loss was NaN or Inf)."""
     status, why = "finished", ""
     if failure:
         status, why = "failed", failure
@@ -120,16 +148,17 @@ def judge_training(run_dir: str, rejected: int, pushes: int, lost_losses: int = 
         print(f"mpips: warning: {rejected} of {pushes} pushes were rejected (NaN or Inf "
               f"gradients) and not applied", file=sys.stderr, flush=True)
     try:
-        set_status(run_dir, status, why)
+        run.set_status(status, why)
     except DiskFull as e:
         return why or str(e)   # no status: the reader's `incomplete`
     return why
 
 
 def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats: dict,
-        data) -> tuple[int, int, int]:
+        data, gradients=None) -> tuple[int, int, int]:
     """Every role this process runs (`transport.ranks`, each with its log,
-    checkpointer and model) to the end; the run's (rejected pushes, pushes,
+    checkpointer and model) to the end (`gradients`: the simulator's
+    BatchedGradients, or None); the run's (rejected pushes, pushes,
     evaluating ranks whose last loss was not finite): what judge_training judges."""
     layout = plan.layout
     clients = layout.group_server_ranks or layout.worker_ranks   # who pushes to the servers
@@ -138,15 +167,14 @@ def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats
     handles = transport.level([top], n=plan.num_params, sparse=plan.sparse, reads=plan.reads)
     contexts = {}
     for rank in transport.ranks:
-        store, table = handles[rank]
-        level = Level(store, table, tuple(clients), tuple(layout.server_ranks),
-                      epoch_pushes=layout.workers * plan.iterations_per_epoch,
-                      clients="group server" if layout.group_servers else "worker")
+        level = Level.of(handles[rank], tuple(clients), tuple(layout.server_ranks),
+                         epoch_pushes=layout.workers * plan.iterations_per_epoch,
+                         clients="group server" if layout.group_servers else "worker")
         # every rank its own paradigm, as every MPI rank
         paradigm = make_paradigm(plan.config, layout.workers)
         paradigm.set_iterations(plan.iterations)
-        contexts[rank] = ctx = Context(plan, level, Services(logs[rank], transport.clock, checkpointers[rank], table),
-                                       paradigm, rank, *layout.role(rank))
+        services = Services(logs[rank], transport.clock, checkpointers[rank], level.table, gradients)
+        contexts[rank] = ctx = Context(plan, level, services, paradigm, rank, *layout.role(rank))
         ctx.checkpointer.begin(ctx)
     if layout.group_servers:   # a second level of servers (levels.py)
         bodies = two_levels(transport, contexts, flats, data)
@@ -161,7 +189,7 @@ def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats
     except SetupTimeout as e:   # a rank did not reach the end
         if 0 in contexts and e.missing:   # the training's end is saved (roles.finish): say so
             contexts[0].log.flush()
-            set_status(plan.run_dir, "finished", f"rank(s) {', '.join(name(r) for r in e.missing)} did "
+            plan.run.set_status("finished", f"rank(s) {', '.join(name(r) for r in e.missing)} did "
                                                  f"not finish; the training's end and final parameters are saved")
         e.status = 1
         raise

@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from ...paradigms.compress import speed_ranks
-from ...paradigms.grouping import GroupSpeed, make_groups
+from ...paradigms.grouping import GroupSpeed, group_options, make_groups
 from ...training.data import WorkerShard
 from ...training.flatmodel import FlatModel
 from ..context import Context, Level
@@ -41,13 +41,14 @@ def two_levels(transport: Transport, contexts: dict, flats: dict, data) -> dict:
     `contexts` are this process's ranks' on the global level."""
     first = next(iter(contexts.values()))
     plan, layout = first.plan, first.layout
+    options = group_options(first.config)
     saved = (first.checkpointer.resumed or {}).get("grouping")   # the same on every rank
     if saved:
         times = np.asarray(saved["profiled"])
     else:   # every worker's profiled iteration time, on every rank
         def work(ctx, flat):
             shard = WorkerShard(data.x_train, data.y_train, ctx.index, layout.workers, ctx.config.seed)
-            return lambda: profile(Worker(ctx, flat, ShardBudget(shard, 0, 1)), ctx.config.profile_iterations)
+            return lambda: profile(Worker(ctx, flat, ShardBudget(shard, 0, 1)), options.profile_iterations)
         times = transport.each({rank: work(ctx, flats[rank]) for rank, ctx in contexts.items()
                                 if ctx.role == WORKER})[layout.worker_ranks]
     groups, ranks = decide_groups(contexts, times, saved)
@@ -62,8 +63,8 @@ def two_levels(transport: Transport, contexts: dict, flats: dict, data) -> dict:
             continue
         g = ctx.index if ctx.role == GROUP_SERVER else next(i for i, m in enumerate(groups) if ctx.index in m)
         # group g's level: a row per worker of the job in its table, other groups' read as done
-        group = dataclasses.replace(ctx, level=Level(
-            *handles[rank], tuple(layout.worker_ranks), (layout.group_server_ranks[g],),
+        group = dataclasses.replace(ctx, level=Level.of(
+            handles[rank], tuple(layout.worker_ranks), (layout.group_server_ranks[g],),
             epoch_pushes=len(groups[g]) * plan.iterations_per_epoch, servers="group server"))
         if ctx.role == WORKER:
             bodies[rank] = start_role(group, flats[rank], data)
@@ -78,12 +79,12 @@ def decide_groups(contexts: dict, times: np.ndarray, saved: dict | None) -> tupl
     """The groups (worker indices) from the profiled times, or as a resumed
     checkpoint kept them, and each group's speed rank; rank 0 logs them."""
     ctx = next(iter(contexts.values()))
-    layout, cfg = ctx.layout, ctx.config
+    layout, options = ctx.layout, group_options(ctx.config)
     if saved:
         groups, source = saved["groups"], "checkpoint"
     else:
-        groups = make_groups(cfg, layout.workers, times)
-        source = "group_assignment" if cfg.group_assignment else cfg.grouping
+        groups = make_groups(ctx.config, layout.workers, times)
+        source = "group_assignment" if options.group_assignment else options.grouping
     group_times = [float(np.mean(times[m])) for m in groups]
     ranks = speed_ranks(group_times)
     for ctx in contexts.values():
@@ -97,7 +98,7 @@ def decide_groups(contexts: dict, times: np.ndarray, saved: dict | None) -> tupl
         ctx.log.event(ctx.checkpointer.elapsed, "groups", groups=groups,
                       profiled=times, group_times=group_times, speed_ranks=ranks,
                       group_servers=layout.group_server_ranks,
-                      exchange_every=[cfg.exchange_every or len(m) for m in groups], source=source)
+                      exchange_every=[options.exchange_every or len(m) for m in groups], source=source)
     return groups, ranks
 
 

@@ -17,20 +17,27 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 
 import torch
 
 from ...config import Config, ConfigError
-from ...io.log import RankLog, rank_file
-from ...io.rundir import claim, default_run_dir, new_run_id, own_run_dir
+from ...io.log import RankLog
+from ...io.rundir import RunDir, default_run_dir, new_run_id
+from ...training.batched import BatchedGradients, batched_gradients
 from ...training.flatmodel import FlatModel
 from ...training.models import workload
 from ..layout import make_layout, ranks_for
 from ..recovery.checkpointer import NoCheckpoints
 from ..transport.local import LocalTransport, Network
-from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, run, versions
+from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, setup_phase, versions
+from .assemble import run as run_job
 
 DEFAULT_DEVICE_TIME = "20ms"
+# --sim-gradients auto: batched from this many workers on. Below, a call
+# batches too few workers to pay for itself much, and the tests that compare
+# a simulation with an MPI job or a replay bit for bit run there.
+BATCHED_FROM = 32
 
 
 def simulated_config(config: Config) -> Config:
@@ -47,18 +54,31 @@ def simulated_config(config: Config) -> Config:
     return config
 
 
+def _gradients(config: Config, layout, model, loss, data) -> BatchedGradients | None:
+    """The workers' batched gradients (training/batched.py), or None: each its own."""
+    batched = config.sim_gradients == "batched" or (config.sim_gradients == "auto"
+                                                    and layout.workers >= BATCHED_FROM)
+    if not batched:
+        return None
+    flat = FlatModel(copy.deepcopy(model))
+    b = config.batch_size
+    return batched_gradients(model, loss or torch.nn.CrossEntropyLoss(), flat, data.x_train[:b], data.y_train[:b])
+
+
 def simulate(config: Config, *, model=None, dataset=None, loss=None) -> str:
     """Run the job `config` describes in virtual time; returns the run directory.
     `model`, `dataset` (a data.Dataset), `loss`: a user's objects (mpips.simulate)."""
     config = simulated_config(config)
     torch.set_num_threads(config.torch_threads)
-    config.run_dir = config.run_dir or default_run_dir(config)
+    config = dataclasses.replace(config, run_dir=config.run_dir or default_run_dir(config))
     layout = make_layout(config, ranks_for(config))
-    data, built, paradigm, ipe = prepare(config, layout, model=model, dataset=dataset)
-    lock = own_run_dir(config.run_dir)    # last: bad input leaves no directory
-    try:
-        claim(config.run_dir, config.to_dict(), overwrite=config.overwrite)
-        plan = make_plan(config, layout, paradigm, len(data.y_train), ipe, FlatModel(built).n, loss)
+    if sys.stderr.isatty():   # (off a terminal its stderr holds only what went wrong, which scripts read)
+        setup_phase(config, 0, "reading the data and building the model")
+    data, built, paradigm, epoch_iterations = prepare(config, layout, model=model, dataset=dataset)
+    with RunDir.open(config.run_dir) as run:   # last: bad input leaves no directory
+        run.claim(config)
+        plan = make_plan(config, layout, run, paradigm, len(data.y_train), epoch_iterations, FlatModel(built).n,
+                         loss)
         network = Network(config.sim_latency, config.sim_bandwidth, config.sim_jitter, config.seed,
                           config.sim_apply, config.sim_apply_per_push)
         transport = LocalTransport(layout, network)
@@ -70,18 +90,17 @@ def simulate(config: Config, *, model=None, dataset=None, loss=None) -> str:
         size = layout.size
         # every log flushes by the wall clock: `size` of them in one process
         # would flush `size` times as often
-        logs = {r: RankLog(rank_file(config.run_dir, r), r, flush_seconds=config.log_flush_seconds * size,
-                           run_id=run_id) for r in range(size)}
+        gradients = _gradients(config, layout, built, loss, data)
+        logs = {r: RankLog(run.rank_file(r), r, flush_seconds=config.log_flush_seconds * size, run_id=run_id)
+                for r in range(size)}
         try:
             # every rank its own model, as every MPI rank (the same initial weights)
-            counts = run(transport, plan, logs, {r: NoCheckpoints() for r in range(size)},
-                         {r: FlatModel(copy.deepcopy(built)) for r in range(size)}, data)
+            counts = run_job(transport, plan, logs, {r: NoCheckpoints() for r in range(size)},
+                             {r: FlatModel(copy.deepcopy(built)) for r in range(size)}, data, gradients)
         finally:
             for log in logs.values():
                 log.close()
-        why = judge_training(config.run_dir, *counts)
+        why = judge_training(run, *counts)
         if why:
             raise TrainingFailed(why)
         return config.run_dir
-    finally:
-        lock.release()

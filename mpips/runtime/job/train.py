@@ -3,6 +3,7 @@ role over MPI (mpi_transport.py) with the one assembler (assemble.py)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -12,21 +13,23 @@ import numpy as np
 import torch
 
 from ...config import Config, ConfigError
-from ...io.checkpoint import CheckpointError, run_attrs
+from ...io.checkpoint import CheckpointError
 from ...io.checkpoint import identity as checkpoint_identity
-from ...io.log import DiskFull, RankLog, rank_file, set_status
-from ...io.rundir import RunDirLock, default_run_dir, new_run_id, own_run_dir, resume_or_claim
+from ...io.log import DiskFull, RankLog
+from ...io.rundir import RunDir, default_run_dir, new_run_id
 from ...training.data import DataError
 from ...training.flatmodel import FlatModel, rank_device, warm_up
 from ...training.models import workload
-from ..layout import EVALUATOR, WORKER, make_layout
+from ..layout import EVALUATOR, WORKER, make_layout, roles_note
 from ..recovery.checkpointer import Checkpointer, DiskFullAtCheckpoint, Preempted
 from ..transport.mpi import MPITransport
+from ..transport.protocols import EveryRank
 from ..transport.wait import precise_sleeps
-from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, run, versions
+from .assemble import TrainingFailed, announce, judge_training, make_plan, prepare, setup_phase, versions
+from .assemble import run as run_job
 
 
-class SetupError(Exception):
+class SetupError(EveryRank):
     """Bad input found while setting up; every rank raises it with the same
     one-line message, so the job ends cleanly instead of aborting."""
 
@@ -81,85 +84,87 @@ def _same_job_everywhere(comm: MPITransport, config: Config, data, model) -> Non
 def train(config: Config, comm=None, *, model=None, dataset=None, loss=None) -> str:
     """Run one training job over `comm` (COMM_WORLD by default); returns the
     run directory. `model`, `dataset` (a data.Dataset), `loss`: a user's
-    objects (mpips.train)."""
-    held: list[RunDirLock] = []   # the run directory's lock, rank 0's, however the job ends
-    try:
-        transport = MPITransport(comm, warn=config.stall_warn, timeout=config.stall_timeout)
-        return _train(config, transport, model, dataset, loss, held)
-    finally:
-        for lock in held:
-            lock.release()
+    objects (mpips.train). What the job holds (the transport and its
+    windows, the run directory and its lock, the checkpointer) is in one
+    ExitStack, released however the job ends (MPITransport: the windows
+    collectively only when every rank ends alike)."""
+    with contextlib.ExitStack() as job:
+        transport = job.enter_context(MPITransport(comm, warn=config.stall_warn, timeout=config.stall_timeout))
+        return _train(config, transport, model, dataset, loss, job)
 
 
-def _train(config: Config, transport: MPITransport, model, dataset, loss, held: list) -> str:
+def _train(config: Config, transport: MPITransport, model, dataset, loss, job: contextlib.ExitStack) -> str:
     torch.set_num_threads(config.torch_threads)
     precise_sleeps()
     rank, size = transport.rank, transport.size
     layout = _agree(transport, "the layout", lambda: make_layout(config, size))
+    transport.name_ranks(layout.placement(transport.hosts))
+    if rank == 0 and roles_note(layout, derived=not config.workers):
+        print(roles_note(layout, derived=True), file=sys.stderr, flush=True)
     config = config.with_workers(layout.workers)
     role, index = layout.role(rank)
+    setup_phase(config, rank, "reading the data and building the model")
 
-    run_dir = transport.bcast(config.run_dir or default_run_dir(config) if rank == 0 else None)
-    config.run_dir = run_dir
+    path = transport.bcast(config.run_dir or default_run_dir(config) if rank == 0 else None)
+    config = dataclasses.replace(config, run_dir=path)
 
     user_model = model
-    data, model, paradigm, ipe = _agree(transport, "reading the data, building the model",
-                                        lambda: prepare(config, layout, model=model, dataset=dataset))
+    data, model, paradigm, epoch_iterations = _agree(transport, "reading the data, building the model",
+                                                     lambda: prepare(config, layout, model=model, dataset=dataset))
     _same_job_everywhere(transport, config, data, model)
-    lock = _agree(transport, "the run directory",     # last: bad input leaves none
-                  lambda: own_run_dir(run_dir) if rank == 0 else None)
-    if lock is not None:
-        held.append(lock)
+    # rank 0 locks it, last: bad input leaves no directory
+    run = job.enter_context(_agree(transport, "the run directory",
+                                   lambda: RunDir.open(path) if rank == 0 else RunDir(path)))
     # Collective on every rank (it splits a node-local communicator); workers and the
     # evaluator compute on GPUs, servers apply on the CPU beside their windows.
     device = _agree(transport, "the devices",
                     lambda: rank_device(config, role in (WORKER, EVALUATOR),
                                         *transport.on_this_node(role in (WORKER, EVALUATOR))))
     flat = FlatModel(model, device)
+    setup_phase(config, rank, "warming up the workers, allocating the windows")
     if role == WORKER:
         warm_up(flat, data, config.batch_size, loss)
-    plan = make_plan(config, layout, paradigm, len(data.y_train), ipe, flat.n, loss)
+    plan = dataclasses.replace(make_plan(config, layout, run, paradigm, len(data.y_train), epoch_iterations, flat.n, loss),
+                               hosts=tuple(transport.hosts))
     # A run directory holding a checkpoint of this run: go on from it (mpips/runtime/recovery/checkpointer.py).
     ident = checkpoint_identity(config, layout, flat.n, plan.iterations)
     found = _agree(transport, "looking for a checkpoint",
-                   lambda: resume_or_claim(run_dir, config, ident, size) if rank == 0 else None)
-    checkpointer = Checkpointer(transport, run_dir, config, ident, found)
+                   lambda: run.resume_or_claim(config, ident, size) if rank == 0 else None)
+    checkpointer = job.enter_context(Checkpointer(transport, run, config, ident, found))
     segment = checkpointer.segment
     # a resumed run keeps its id (older run logs have none: a new one)
-    run_id = transport.bcast((run_attrs(run_dir).get("run_id") if found else None) or new_run_id() if rank == 0 else None)
+    run_id = transport.bcast((run.attrs().get("run_id") if found else None) or new_run_id() if rank == 0 else None)
     transport.clock.origin = transport.bcast(time.time() if rank == 0 else None)
     stopped, counts = None, (0, 0, 0)
-    with _one_line_ends_job(transport, run_dir):
+    with _one_line_ends_job(transport, run):
         transport.blocking("set-up (the run directory made)", transport.comm.Barrier)   # before anyone opens a file in it
-        log = RankLog(rank_file(run_dir, rank, segment), rank, flush_seconds=config.log_flush_seconds,
+        log = RankLog(run.rank_file(rank, segment), rank, flush_seconds=config.log_flush_seconds,
                       segment=segment, writers=size, run_id=run_id)
+        transport.watchdog.before_abort.append(log.flush)   # a lost node's stall keeps what was logged
         if rank == 0:
             announce(plan, segment, versions(transport.library()), workload(config, data, user_model, model),
-                     run_id=run_id)
+                     run_id=run_id, placement=layout.placement(transport.hosts))
         try:
-            counts = run(transport, plan, {rank: log}, {rank: checkpointer}, {rank: flat}, data)
+            counts = run_job(transport, plan, {rank: log}, {rank: checkpointer}, {rank: flat}, data)
         except (Preempted, DiskFullAtCheckpoint) as e:
             stopped = e  # every rank stopped after the same checkpoint: end cleanly, then say so
         except BaseException:
             with contextlib.suppress(DiskFull):   # the job reports what failed first
                 log.close()
-            checkpointer.close()
             raise
         log.close()
     transport.blocking("the logs' closing", transport.comm.Barrier)   # every rank's log whole before run.h5's status
-    checkpointer.close()
-    transport.close()
     if isinstance(stopped, Preempted):
         raise stopped
     failure = str(stopped) if stopped else ""
-    why = transport.bcast(judge_training(run_dir, *counts, failure=failure) if rank == 0 else None)
+    why = transport.bcast(judge_training(run, *counts, failure=failure) if rank == 0 else None)
     if why:
         raise TrainingFailed(why)
-    return run_dir
+    return path
 
 
 @contextlib.contextmanager
-def _one_line_ends_job(transport: MPITransport, run_dir: str):
+def _one_line_ends_job(transport: MPITransport, run: RunDir):
     """A failure that is one line, met by some ranks while the others train,
     or wait for them: a write of this rank's alone (its log, run.h5) that
     found the disk full (exit status 1), or bad input found during the run
@@ -174,9 +179,9 @@ def _one_line_ends_job(transport: MPITransport, run_dir: str):
     except (DiskFull, ConfigError) as e:
         if transport.first_to_fail():
             print(f"mpips: error: {e}", file=sys.stderr, flush=True)
-            if os.path.exists(os.path.join(run_dir, "run.h5")):   # (none before rank 0's header)
+            if os.path.exists(os.path.join(run.path, "run.h5")):   # (none before rank 0's header)
                 with contextlib.suppress(OSError):
-                    set_status(run_dir, "failed", str(e))
+                    run.set_status("failed", str(e))
         else:
             time.sleep(1)
         transport.comm.Abort(2 if isinstance(e, ConfigError) else 1)

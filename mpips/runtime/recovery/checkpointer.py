@@ -53,15 +53,17 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ...io.checkpoint import Resume, clear_checkpoints, decode, encode, write_checkpoint
-from ...io.log import DiskFull, write_run_end
+from ...io.checkpoint import Resume, decode, encode
+from ...io.log import DiskFull
+from ...io.rundir import RunDir
 from ..state import G, S, W
+from ..transport.protocols import EveryRank
 from . import preemption
 
 PREEMPTED_EXIT = preemption.PREEMPTED_EXIT
 
 
-class Preempted(Exception):
+class Preempted(EveryRank):
     """Raised on every rank once the checkpoint the preemption signal asked for
     is written; `status`: the job's exit status (3 after SIGUSR1: requeue;
     128 + the signal's number after SIGTERM or SIGINT), as server 0's signal says."""
@@ -71,7 +73,7 @@ class Preempted(Exception):
         self.status = status
 
 
-class DiskFullAtCheckpoint(Exception):
+class DiskFullAtCheckpoint(EveryRank):
     """Raised on every rank when the checkpoint's file found the disk full;
     `str()` is DiskFull's line. (A rank's own log that does ends the job
     from that rank: mpips/runtime/job/train.py.)"""
@@ -96,7 +98,7 @@ class Checkpoints(Protocol):
 
     def clients_stopped(self, table, snap: np.ndarray) -> bool: ...
 
-    def wait(self, ctx, ready, *, what: str, describe, stop) -> float: ...
+    def wait(self, ctx, ready, *, what: str, describe, stop, due=None) -> float: ...
 
     def halt(self, ctx, role_state, *, ack: int | None, coordinator: bool = False, group=None) -> None: ...
 
@@ -110,10 +112,10 @@ class Checkpointer:
     found, and each rank receives its own part of it.
     """
 
-    def __init__(self, comm, run_dir: str, config, ident: dict, found: Resume | None):
+    def __init__(self, comm, run: RunDir, config, ident: dict, found: Resume | None):
         self.comm = comm   # transport.Collectives
         self.rank = comm.rank
-        self.run_dir = run_dir
+        self.run = run
         self.config = config
         self.identity = ident
         # SIGUSR1 sets preemption's flag (unless `python -m mpips` made it so); `close` puts back the handler before
@@ -133,12 +135,20 @@ class Checkpointer:
         self.relayed = 0             # a GSSP group server: latest request passed to its group
         self.meta_extra: dict = {}   # rank 0: more for the meta (GSSP: the groups)
         if self.rank == 0 and not self.resumed:
-            clear_checkpoints(run_dir)
+            run.clear_checkpoints()
+        self._closed = False
 
     def close(self) -> None:
-        if self._previous is not None:
+        """SIGUSR1's handler put back; a later checkpoint is an error."""
+        if not self._closed and self._previous is not None:
             signal.signal(signal.SIGUSR1, self._previous)
-            self._previous = None
+        self._closed = True
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # start -------------------------------------------------------------------------
     def begin(self, ctx) -> None:
@@ -210,22 +220,25 @@ class Checkpointer:
         return bool(((rows[:, W.HALTED] >= snap[G.CHECKPOINT]) | (rows[:, W.DONE] > 0)).all())
 
     # the stop ------------------------------------------------------------------------------
-    def wait(self, ctx, ready, *, what: str, describe, stop) -> float:
+    def wait(self, ctx, ready, *, what: str, describe, stop, due=None) -> float:
         """ctx.wait(ready) that also ends for a checkpoint asked for meanwhile
-        and then runs `stop()` (which takes it) before waiting on."""
+        and then runs `stop()` (which takes it) before waiting on. `ready`
+        reads the control table and nothing else: a poll that finds it
+        unchanged is skipped (wait.wait_until's `changed`)."""
         total = 0.0
         while True:
             halt = []
 
             def ready_or_halt():
                 # before `ready`: a paradigm's gate may decide something once
-                # per clock (DSSP's credits) that a stop here must not spend
-                if self.requested(ctx.table.read()):
+                # per clock (DSSP's credits) that a stop here must not spend.
+                # The table as `ready` read it at the poll before: one read a poll
+                if self.requested(ctx.table.latest):
                     halt.append(True)
                     return True
                 return ready()
 
-            total += ctx.wait(ready_or_halt, what=what, describe=describe)
+            total += ctx.wait(ready_or_halt, what=what, describe=describe, due=due, changed=ctx.table.changed)
             if not halt:
                 return total
             stop()
@@ -235,6 +248,8 @@ class Checkpointer:
         row (offset `ack`), wait for GO, save `role_state()`. Returns when the
         run goes on; raises Preempted when it ends here. `group`: a GSSP group
         server's group level, whose workers wait for GO in their own table."""
+        if self._closed:
+            raise RuntimeError("Checkpointer used after close()")
         control = ctx.table
         n = int(control.read()[G.CHECKPOINT])
         if ack is not None:   # (the evaluator rank: nobody waits for it to stop)
@@ -292,7 +307,7 @@ class Checkpointer:
             gathered = [g for g, _ in gathered]
             status = preemption.exit_status(preemption.which())   # server 0's signal decides
             try:
-                result = (write_checkpoint(self.run_dir, meta, gathered), None, False, status)
+                result = (self.run.write_checkpoint(meta, gathered), None, False, status)
             except DiskFull as e:
                 result = (None, str(e), True, status)
             except OSError as e:
@@ -318,8 +333,7 @@ class Checkpointer:
                           error=error, step=meta["step"], clocks=meta["clocks"], seconds=seconds)
             if exiting:
                 ctx.log.flush()
-                write_run_end(self.run_dir, wall_seconds=self.cut_time, final_params=None,
-                              status="preempted")
+                self.run.write_end(wall_seconds=self.cut_time, final_params=None, status="preempted")
                 if status == PREEMPTED_EXIT:
                     print(f"mpips: preempted: exiting with status {PREEMPTED_EXIT} to be requeued", flush=True)
                 else:
@@ -361,5 +375,5 @@ class NoCheckpoints:
     def clients_stopped(self, table, snap) -> bool:
         return False
 
-    def wait(self, ctx, ready, *, what: str, describe, stop) -> float:
-        return ctx.wait(ready, what=what, describe=describe)   # nothing to stop for
+    def wait(self, ctx, ready, *, what: str, describe, stop, due=None) -> float:
+        return ctx.wait(ready, what=what, describe=describe)   # nothing to stop for (and nothing polls)

@@ -17,6 +17,7 @@ Standard library only, so that it is in place before anything heavy is imported.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 
@@ -63,3 +64,20 @@ def clear() -> None:
     """After the checkpoint it asked for: a later run in this process starts clean."""
     global _received
     _received = 0
+
+
+@contextlib.contextmanager
+def remembered():
+    """Inside, the stop signals set the flag (`mpips compare`, `plan`,
+    `syncswitch-search`: they end their runs and exit 128 + the signal);
+    after, the handlers before are back and the flag is clear (a command
+    run in a process that goes on: mpips.cli.main from a test or a script)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.getsignal(s) for s in STOPS} if main else {}
+    remember(*STOPS)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        clear()

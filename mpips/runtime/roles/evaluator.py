@@ -22,7 +22,9 @@ import numpy as np
 import torch
 
 from ..context import Context
-from ..state import S, W
+from ..progress import Progress
+from ..state import G, S, W
+from ..transport.wait import WallClock
 
 PROGRESS_EVERY = 1.0   # s: the evaluator's wait returns this often while the servers progress
 
@@ -36,6 +38,10 @@ class Evaluator:
         self.last_pushes = -1
         self.last_loss: float | None = None   # of this process's last evaluation (assemble.judge_training)
         self.next_eval = ctx.config.eval_every   # epochs (the evaluator rank's own schedule)
+        plan, config = ctx.plan, ctx.config
+        self.progress = Progress(plan.total_samples or plan.iterations * plan.layout.workers * config.batch_size,
+                                 virtual=not isinstance(ctx.clock, WallClock), mode=config.progress,
+                                 every=config.progress_every)
         # what applied() reads: three cells of each server's row (the simulator
         # re-checks the evaluator's wait only when one changes, not at every tick)
         control = ctx.table
@@ -74,18 +80,45 @@ class Evaluator:
             correct += int((out.argmax(1) == y).sum())
         flat.model.train()
         loss, acc = loss_sum / len(self.y), correct / len(self.y)
-        epoch = ctx.epochs_of(pushes)
+        epoch = self.epoch(pushes)
         ctx.log.row("evaluations", time=read_at, epoch=epoch, steps=steps, pushes=pushes, loss=loss, accuracy=acc)
         ctx.log.flush()
         rows = ctx.table.worker_rows(ctx.table.read())
         wait_share = float(np.mean(rows[:, W.WAIT_TOTAL] / np.maximum(rows[:, W.ELAPSED], 1e-9)))
-        print(f"mpips: epoch {epoch:5.2f}  t {read_at:7.1f}s  updates {steps:6d}  loss {loss:.4f}  "
-              f"acc {100 * acc:5.1f}%  updates/s {steps / max(read_at, 1e-9):7.1f}  wait {100 * wait_share:4.1f}%",
-              flush=True, file=sys.stdout)
+        self.progress.write(f"mpips: epoch {epoch:5.2f}  t {read_at:7.1f}s  updates {steps:6d}  loss {loss:.4f}  "
+                            f"acc {100 * acc:5.1f}%  updates/s {steps / max(read_at, 1e-9):7.1f}  "
+                            f"wait {100 * wait_share:4.1f}%", file=sys.stdout)
+        self.progress.evaluated(acc, epoch)
         self.best = max(self.best, acc)
         self.last_pushes = pushes
         self.last_loss = loss
         return loss, acc
+
+    def epoch(self, pushes: int) -> float:
+        """Epochs trained as of `pushes`: under a global budget never more than
+        the samples claimed make (a Local SGD push counts as H batches, and a
+        worker's last push, or one under DyLU, has fewer: a 2-epoch run of 100
+        local steps was logged at epoch 3.34)."""
+        ctx, plan = self.ctx, self.ctx.plan
+        epoch = ctx.epochs_of(pushes)
+        if plan.total_samples:
+            claimed = min(float(ctx.services.budget_table.read_cells([G.CLAIMED])[0]), plan.total_samples)
+            epoch = min(epoch, claimed / plan.total_samples * plan.epochs)
+        return epoch
+
+    def report(self, snapshot: np.ndarray | None = None) -> None:
+        """The progress line, when due (`snapshot`: the control table as just
+        read, if the caller has one; else it is read only when due)."""
+        if self.progress.due():
+            self.progress.update(self._samples(snapshot), self.ctx.now())
+
+    def _samples(self, snapshot: np.ndarray | None = None) -> float:
+        table = self.ctx.table
+        return float(table.worker_rows(table.read() if snapshot is None else snapshot)[:, W.SAMPLES].sum())
+
+    def finish(self) -> None:
+        """The run is over: the bar's last state, then it goes."""
+        self.progress.close(self._samples(), self.ctx.now())
 
     # the evaluator rank ---------------------------------------------------------
     def run(self) -> None:
@@ -100,6 +133,7 @@ class Evaluator:
             last = {}
 
             def ready():
+                self.report()
                 _, pushes, done = last["now"] = self.applied()
                 return (done or ctx.epochs_of(pushes) >= self.next_eval - 1e-9
                         or (pushes != seen and ctx.now() - start > PROGRESS_EVERY))
@@ -107,7 +141,7 @@ class Evaluator:
             def describe():
                 rows = ctx.table.server_rows(ctx.table.read())
                 ranks = ctx.layout.server_ranks
-                return "; ".join(f"server {s} = rank {ranks[s]} (pushes applied {int(rows[s, S.PUSHES])})"
+                return "; ".join(f"server {s} = {ctx.rank_name(ranks[s])} (pushes applied {int(rows[s, S.PUSHES])})"
                                  for s in np.flatnonzero(rows[:, S.DONE] == 0))
 
             ctx.checkpointer.wait(ctx, ready, what="evaluator waiting for the servers", describe=describe,

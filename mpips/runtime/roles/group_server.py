@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...paradigms.compress import Compressor, SparseGrad, dense_of, make_compressor, speed_ranks
-from ...paradigms.grouping import GroupSpeed
+from ...paradigms.grouping import GroupSpeed, group_options
 from ...paradigms.view import SLOT_GROUP_SPEED_RANK
 from ...training.optim import server_rule
 from ..context import Context
@@ -101,7 +101,7 @@ class GroupServer(Server):
         self.up = up
         self.g = group
         self.members = members
-        self.k = ctx.config.exchange_every or len(members)
+        self.k = group_options(ctx.config).exchange_every or len(members)
         self.speed = speed
         self.speed_rank = speed_rank
         self.delta = GroupDelta(ctx.store.shard, make_compressor(ctx.config, stream=ctx.layout.workers + group))

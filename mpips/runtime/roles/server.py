@@ -9,7 +9,7 @@ from ..context import Context
 from ..state import S
 
 NORM_EMA_BETA = 0.9
-DUE_SHARE = 0.9   # of a worker's last push interval after which its next push may land
+DUE_SHARE = 0.9   # of a worker's last push interval (a gate's last wait) after which the next may land
 _PUSHES, _STEPS, _PATH, _NORM_EMA, _DONE, _BEGUN = (int(c) for c in (S.PUSHES, S.STEPS, S.PATH, S.NORM_EMA,
                                                                     S.DONE, S.BEGUN))
 _NS = len(S)
@@ -20,8 +20,7 @@ class Server:
 
     def __init__(self, ctx: Context, rule, evaluator=None):
         self.ctx = ctx
-        self.s = ctx.index
-        ctx.paradigm.server = self.s
+        self.s = ctx.index   # its row in the level's table (the paradigm reads it as view.server)
         self.rule = rule
         self.grad = np.zeros_like(ctx.store.shard)
         self.consumed = np.zeros(ctx.table.workers, dtype=np.int64)  # per row of the table
@@ -53,7 +52,7 @@ class Server:
         last = {}
 
         def ready():
-            view = ctx.view()
+            view = ctx.view(self.s)
             if self.s == 0:
                 self.control_duties(view)
             last["view"] = view
@@ -81,7 +80,8 @@ class Server:
             return ahead[~view.done & np.isfinite(ahead)]
 
         while True:
-            waited = ctx.wait(ready, what="waiting for pushes", describe=describe, due=due)
+            waited = ctx.wait(ready, what="waiting for pushes", describe=describe, due=due,
+                              changed=ctx.table.changed)
             if last["halt"]:
                 self.halt()
             elif last["apply"]:
@@ -98,6 +98,8 @@ class Server:
             if event:
                 ctx.log.event(ctx.now(), event.pop("kind", "control"), **event)
         ctx.checkpointer.maybe_request(ctx, view)
+        if self.evaluator is not None:
+            self.evaluator.report(ctx.table.latest)
 
     def halt(self) -> None:
         """Stop for the checkpoint every client stopped for (server 0 coordinates)."""

@@ -5,10 +5,11 @@ from typing import Callable
 
 import numpy as np
 
-from ...io.log import write_run_end
+from ...paradigms.steps import ConfiguredRule, GradientSteps, LocalSteps, OuterNesterov
 from ...training.data import GlobalStream, WorkerShard
 from ...training.flatmodel import FlatModel
-from ...training.optim import Sum, outer_rule, server_rule
+from ...training.optim import Sum, update_rule
+from ...validate import ConfigError
 from ..context import Context
 from ..layout import SERVER, WORKER
 from ..state import G
@@ -17,6 +18,22 @@ from .evaluator import Evaluator
 from .local_worker import LocalWorker
 from .server import Server
 from .worker import FaultyWorker, Worker
+
+# what a paradigm may ask for (paradigms/steps.py), and what runs it
+WORKER_LOOPS: dict[type, type[Worker]] = {GradientSteps: Worker, LocalSteps: LocalWorker}
+UPDATE_RULES = (ConfiguredRule, OuterNesterov)   # (training/optim.update_rule)
+
+
+def check_steps(paradigm, name: str) -> None:
+    """The paradigm's worker loop and update rule are ones the runtime runs,
+    else a ConfigError naming them (a plugin's), before any role starts."""
+    loop, rule = paradigm.worker_loop(), paradigm.update_rule()
+    if type(loop) not in WORKER_LOOPS:
+        raise ConfigError("paradigm", name, f"its worker_loop() returned {loop!r}; allowed: "
+                                            + ", ".join(f"{k.__name__}()" for k in WORKER_LOOPS))
+    if type(rule) not in UPDATE_RULES:
+        raise ConfigError("paradigm", name, f"its update_rule() returned {rule!r}; allowed: "
+                                            + ", ".join(k.__name__ for k in UPDATE_RULES))
 
 
 def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Evaluator | None]:
@@ -30,11 +47,11 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Eva
         ctx.store.publish()
         inline = index == 0 and not ctx.layout.evaluators
         evaluator = Evaluator(ctx, flat, data.x_test, data.y_test) if inline else None
-        # under a second level of servers, the global ones sum the groups' deltas
-        # (Local SGD: the outer rule on the pseudo-gradients)
+        # under a second level of servers, the global ones sum the groups' deltas;
+        # else the rule the paradigm asks for
         rule = (Sum(ctx.store.shard) if ctx.layout.group_servers
-                else outer_rule(ctx.config, ctx.store.shard) if ctx.paradigm.local_sgd
-                else server_rule(ctx.config, ctx.store.shard, total_epochs=ctx.plan.epochs))
+                else update_rule(ctx.paradigm.update_rule(), ctx.config, ctx.store.shard,
+                                 total_epochs=ctx.plan.epochs))
         server = Server(ctx, rule, evaluator)
         ctx.checkpointer.restore(ctx, server)
 
@@ -46,7 +63,7 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Eva
         return serve
     if role == WORKER:
         faulty = ctx.config.fail_at or ctx.config.nan_at   # (tests' options)
-        kind = FaultyWorker if faulty else LocalWorker if ctx.paradigm.local_sgd else Worker
+        kind = FaultyWorker if faulty else WORKER_LOOPS[type(ctx.paradigm.worker_loop())]
         worker = kind(ctx, flat, worker_budget(ctx, data))
         ctx.checkpointer.restore(ctx, worker)
 
@@ -63,6 +80,7 @@ def start_role(ctx: Context, flat: FlatModel, data) -> Callable[[], Worker | Eva
         ctx.wait_for_servers_done()
         if evaluator.last_pushes != evaluator.applied()[1]:
             evaluator.evaluate()   # the final one
+        evaluator.finish()
         return evaluator
     return evaluate
 
@@ -85,9 +103,11 @@ def _finish(ctx: Context, evaluator: Evaluator | None) -> None:
     time, status), whether or not an evaluator rank gets to its own final
     evaluation: a stopped evaluator loses no trained work."""
     ctx.wait_for_servers_done()
-    if evaluator is not None and evaluator.last_pushes != evaluator.applied()[1]:
-        evaluator.evaluate()
+    if evaluator is not None:
+        if evaluator.last_pushes != evaluator.applied()[1]:
+            evaluator.evaluate()
+        evaluator.finish()
     params = np.empty(ctx.plan.num_params, dtype=np.float32)
     ctx.store.observe(params)
     # the status last, once every rank's log is closed (assemble.judge_training)
-    write_run_end(ctx.plan.run_dir, wall_seconds=ctx.now(), final_params=params, status=None)
+    ctx.plan.run.write_end(wall_seconds=ctx.now(), final_params=params, status=None)

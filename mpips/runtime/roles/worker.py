@@ -14,6 +14,7 @@ from ...training.emulation import Slowdown
 from ...training.flatmodel import FlatModel
 from ..context import Context
 from ..state import S, W, publish_client_row
+from .server import DUE_SHARE
 
 
 class Worker:
@@ -42,6 +43,7 @@ class Worker:
         self.push_times = [0.0, 0.0]
         self.rejected = 0
         self.wait_total = 0.0
+        self.last_wait = 0.0              # seconds at the last gate
         self.samples = 0
         self.overruns = 0
         self.busy = 0.0                   # of the last iteration
@@ -65,15 +67,24 @@ class Worker:
             view = ctx.view()
             gate = ctx.paradigm.gate(i, view)
             if not gate.ok:
-                ctx.table.gate_answered(view, gate)
+                ctx.level.watch_gate(view, gate)
             last["view"], last["gate"] = view, gate
             return gate.ok
 
         def describe():
             return ctx.describe_workers(last["gate"].waiting_for) if "gate" in last else "?"
 
+        # when it should open: after most of the last gate's wait; polled
+        # finely from then on, and never later than without (wait.next_sleep)
+        clock, expected = ctx.clock, DUE_SHARE * self.last_wait
+        began = clock.perf_counter()
+
+        def due():
+            return expected - (clock.perf_counter() - began)
+
         waited = ctx.checkpointer.wait(ctx, ready, what=f"gate at clock {self.clock}",
-                                       describe=describe, stop=self.stop_for_checkpoint)
+                                       describe=describe, stop=self.stop_for_checkpoint, due=due)
+        self.last_wait = waited
         self.wait_total += waited
         event = last["gate"].event
         if event:
@@ -222,7 +233,11 @@ class Worker:
         for s in self.slowdown.starting(it):
             ctx.log.event(ctx.now(), "straggler", worker=self.i, iteration=it, iterations=s.length, factor=s.factor)
         began = clock.perf_counter()
-        loss_value, compute = self.compute_gradient(batch.x, batch.y)
+        gradients = self.ctx.services.gradients
+        if gradients is None:
+            loss_value, compute = self.compute_gradient(batch.x, batch.y)
+        else:   # in virtual time, no time (as compute_gradient's there); computed once first needed
+            pending, compute = gradients.submit(self.flat, batch.x, batch.y), 0.0
         target = self.slowdown.target(it, batch.size, compute)
         overrun = self.slowdown.device_time is not None and compute > target
         if overrun:
@@ -235,6 +250,8 @@ class Worker:
         if remaining > 0:
             clock.sleep(remaining)
         elapsed = clock.perf_counter() - began
+        if gradients is not None:
+            loss_value = pending.result()
         return loss_value, elapsed, max(0.0, elapsed - compute), overrun
 
     def compute_gradient(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
@@ -286,7 +303,7 @@ class Worker:
         def describe():
             steps = ctx.table.server_rows(ctx.table.read())[:, S.STEPS]
             ranks = ctx.layout.server_ranks
-            return ", ".join(f"server {s} = rank {ranks[s]} (step {int(begun[s])} begun, "
+            return ", ".join(f"server {s} = {ctx.rank_name(ranks[s])} (step {int(begun[s])} begun, "
                              f"{int(steps[s])} published)"
                              for s in np.flatnonzero(steps < begun))
 

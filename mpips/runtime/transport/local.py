@@ -20,12 +20,14 @@ take no virtual time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ...paradigms.gates import furthest_behind
 from ..layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
-from ..state import Head, SlotRows, TableLayout, TableView, shard_bounds, sum_slots
+from ..state import Head, SlotRows, TableLayout, TableView, head_cells, heads_of, shard_bounds, sum_slots
+from .protocols import LevelHandles
 from .scheduler import Scheduler
 
 ROLE_STREAMS = (SERVER, GROUP_SERVER, WORKER, EVALUATOR)   # a role's part of its delays' seed
@@ -191,6 +193,25 @@ class LocalParameterStore(SlotRows):
     def publish(self) -> None:
         self._scheduler.changed(self._source)
 
+    def pending(self) -> dict:
+        """A copy of this server's slots, their heads and (a store with
+        `reads`) the read parameters, as ParameterWindows.pending (a
+        checkpoint's; a simulation takes none)."""
+        s = self.shard_index
+        assert s is not None   # (a server's)
+        state = {"slots": self._shared.slots[s].copy(), "heads": head_cells(self._shared.heads[s])}
+        if self._shared.reads is not None:
+            state["reads"] = self._shared.reads[s].copy()
+        return state
+
+    def restore_pending(self, state: dict) -> None:
+        s = self.shard_index
+        assert s is not None
+        self._shared.slots[s][:] = state["slots"]
+        self._shared.heads[s] = heads_of(state["heads"])
+        if self._shared.reads is not None:
+            self._shared.reads[s][:] = state["reads"]
+
 
 class SharedTable:
     """The array behind the handles of one control table. A read hands out
@@ -286,6 +307,9 @@ class LocalControlTable(TableLayout):
     def is_home(self) -> bool:
         return True   # every role's handle is on the one array
 
+    def changed(self) -> bool:
+        return True   # (nothing polls: the scheduler checks a wait when what it read changes)
+
     def gate_answered(self, view: TableView, gate) -> None:
         """Re-check a worker's gate only when it may pass. A gate that does
         not pass cannot before each worker in its `waiting_for` has more
@@ -325,8 +349,8 @@ class LocalTransport:
                     shared, self.scheduler, self.network.link(spec.level, role, index),
                     server=spec.servers.index(rank) if rank in spec.servers else None,
                     world_server_ranks=list(spec.servers), sparse=sparse)
-                handles[rank] = (store, LocalControlTable(table, self.scheduler, spec.table_rows,
-                                                          len(spec.servers)))
+                mine = LocalControlTable(table, self.scheduler, spec.table_rows, len(spec.servers))
+                handles[rank] = LevelHandles(store, mine, mine.gate_answered)
         return handles
 
     def each(self, work: dict) -> np.ndarray:
@@ -338,7 +362,7 @@ class LocalTransport:
         results[list(work)] = [task.result for task in tasks]
         return results
 
-    def run(self, bodies: dict, elapsed: float, name=str) -> dict:
+    def run(self, bodies: dict, elapsed: float, name: Callable[[int], str] = str) -> dict:
         tasks = {rank: self.scheduler.spawn("rank {} ({} {})".format(rank, *self.layout.role(rank)), body)
                  for rank, body in bodies.items()}
         self.scheduler.run()

@@ -5,21 +5,25 @@ The one module of mpips that imports mpi4py.
 Two classes own windows (after mpi4py.util.sync), `ParameterWindows` and
 `ControlWindow`, all made with `Win.Allocate` (docs/environment.md:
 `Win.Create` does not progress); every rank holds one `Lock_all` epoch on
-them for the whole run, completing operations with `Flush`. How the state
-is laid out and summed is state.py.
+them for the whole run, completing operations with `Flush`. Each is a
+context manager whose `free()` (collective) ends it: a later use is a
+`Freed` error naming it, not a call on a freed MPI handle. How the state is
+laid out and summed is state.py.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 from mpi4py import MPI
 
-from ..state import HEAD, Head, SlotRows, TableLayout, shard_bounds, sum_slots
-from .protocols import LevelSpec
+from ...config import ConfigError
+from ..state import HEAD, SlotRows, TableLayout, head_cells, heads_of, shard_bounds, sum_slots
+from .protocols import EveryRank, LevelHandles, LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
 
 _UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)
@@ -42,7 +46,42 @@ def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarr
 
 
 
-def allgather_within(comm, value, *, what: str, warn: float, timeout: float, name=str) -> list:
+class Freed(RuntimeError):
+    """A window (or the transport) used after it was freed."""
+
+
+class _Gone:
+    """Stands for a freed window: any use is a Freed error naming its owner."""
+
+    def __init__(self, owner: str):
+        self.owner = owner
+
+    def __getattr__(self, name: str):
+        raise Freed(f"{self.owner} used after free() ({name})")
+
+
+class _Windows:
+    """Owns windows (`_wins`: attribute names): `free()` unlocks and frees
+    them, collectively, once; after it each name is a `_Gone`."""
+
+    _wins: tuple[str, ...] = ()
+
+    def free(self) -> None:
+        for name in self._wins:
+            win = getattr(self, name)
+            if not isinstance(win, _Gone):
+                win.Unlock_all()
+                win.Free()
+                setattr(self, name, _Gone(type(self).__name__))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+
+def allgather_within(comm, value, *, what: str, warn: float, timeout: float, name: Callable[[int], str] = str) -> list:
     """Every rank's `value`, in rank order, on every rank; SetupTimeout naming
     the ranks that did not arrive within `timeout` seconds (`name(rank)`: how
     to call one).
@@ -106,7 +145,66 @@ def allgather_within(comm, value, *, what: str, warn: float, timeout: float, nam
     return answer[0]
 
 
-class ParameterWindows(SlotRows):
+class Unwatched:
+    """The watchdog of windows made outside a job (tests, benchmarks): none."""
+
+    def begin(self, what: str, targets: tuple[int, ...]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+UNWATCHED = Unwatched()
+
+
+class Watchdog(Unwatched):
+    """Ends the job when one of this rank's one-sided operations has not
+    completed within the stall timeout. A Get or a Flush aimed at a node
+    that is gone, or behind a link that is down with every process alive,
+    blocks inside MPI, where no wait of ours can time it out (TCP gives up
+    after many minutes). Each operation is `begin` ... `end` (two stores);
+    a thread looks once a second. Past the timeout it runs `before_abort`
+    (the rank's log flushed: the rank is inside MPI, not writing it), says
+    which operation waited on which ranks and hosts, and calls `abort`."""
+
+    def __init__(self, timeout: float, name: Callable[[int], str], abort: Callable[[], object], *,
+                 me: Callable[[], str]):
+        self.timeout, self._name, self._abort, self._me = timeout, name, abort, me
+        self.before_abort: list = []
+        self._since, self._what = 0.0, ""
+        self._targets: tuple[int, ...] = ()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpips-watchdog", daemon=True)
+        self._thread.start()
+
+    def begin(self, what: str, targets: tuple[int, ...]) -> None:
+        self._what, self._targets = what, targets
+        self._since = time.monotonic()
+
+    def end(self) -> None:
+        self._since = 0.0
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(1.0, self.timeout / 10)):
+            since = self._since
+            if since and time.monotonic() - since > self.timeout:
+                for hook in self.before_abort:
+                    try:
+                        hook()
+                    except Exception:  # noqa: BLE001 - the job ends whatever a hook met
+                        pass
+                print(f"mpips: error: {self._me()}: {self._what} on {', '.join(map(self._name, self._targets))} "
+                      f"did not complete within {self.timeout:g}s (stall_timeout): a node or the network "
+                      f"to it is lost", file=sys.stderr, flush=True)
+                self._abort()
+
+    def free(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class ParameterWindows(SlotRows, _Windows):
     """The flat parameter vector, sharded; pull with `Get`, push with `Put`
     into the pusher's own gradient slot.
 
@@ -130,9 +228,13 @@ class ParameterWindows(SlotRows):
     slot after taking it, so a sparse `Put` lands on zeros.
     """
 
+    _wins = ("_param_win", "_grad_win", "_read_win", "_head_win")
+
     def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
-                 clients=None, sparse: bool = False, reads: bool = False, world_server_ranks=None):
+                 clients=None, sparse: bool = False, reads: bool = False, world_server_ranks=None,
+                 watchdog: Unwatched = UNWATCHED):
         self.comm = comm
+        self._watch = watchdog
         self.server_ranks = list(server_ranks)
         # for messages: the servers' world ranks (a GSSP group's comm numbers its own)
         self.world_server_ranks = list(world_server_ranks or server_ranks)
@@ -142,6 +244,7 @@ class ParameterWindows(SlotRows):
             clients = comm.Get_size() - len(self.server_ranks)
         super().__init__(range(clients) if isinstance(clients, (int, np.integer)) else clients)
         self.sparse = sparse
+        self._servers = tuple(self.world_server_ranks)
         rank = comm.Get_rank()
         mine = self.server_ranks.index(rank) if rank in self.server_ranks else None
         count = self.bounds[mine][1] - self.bounds[mine][0] if mine is not None else 0
@@ -157,12 +260,9 @@ class ParameterWindows(SlotRows):
         self._head_win, heads = _allocate(comm, HEAD * slots, np.int64)
         self._heads = heads.reshape(slots, HEAD)    # per slot: state.Head, its scale's bits last
         comm.Barrier()  # every slot is zeroed before anyone can push into it
-        for win in self._windows():
-            win.Lock_all()
+        for name in self._wins:
+            getattr(self, name).Lock_all()
         self._head = np.zeros((len(self.server_ranks), HEAD), np.int64)
-
-    def _windows(self) -> tuple[MPI.Win, ...]:
-        return self._param_win, self._grad_win, self._read_win, self._head_win
 
     @property
     def reads(self) -> bool:
@@ -171,10 +271,12 @@ class ParameterWindows(SlotRows):
     # worker side ------------------------------------------------------------
     def pull(self, out: np.ndarray) -> None:
         """Read every shard into `out` (float32, length n)."""
+        self._watch.begin("a pull of the parameters", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
                 self._param_win.Get([out[lo:hi], MPI.FLOAT], rank, (0, hi - lo, MPI.FLOAT))
         self._param_win.Flush_all()
+        self._watch.end()
 
     # an evaluation's read: a Get like any pull (the simulator's takes no virtual time)
     observe = pull
@@ -189,6 +291,7 @@ class ParameterWindows(SlotRows):
         parameters, into a store made with `reads`) for an async rule. The
         slot must be free (every server took the row's earlier pushes)."""
         k = self.slot(row)
+        self._watch.begin("a push of a gradient", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
                 self._grad_win.Put([grad[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
@@ -212,15 +315,18 @@ class ParameterWindows(SlotRows):
         if not self.sparse:
             raise RuntimeError("push_sparse into a ParameterWindows made without sparse=True")
         k = self.slot(row)
+        self._watch.begin("a push of a sparse gradient", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
             if b > a:
                 local = (indices[a:b] - lo + k * (hi - lo)).astype(np.int32)
                 dtype = MPI.FLOAT.Create_indexed_block(1, local.tolist()).Commit()
-                self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
-                                   rank, (0, 1, dtype))
-                self._grad_win.Flush(rank)
-                dtype.Free()
+                try:
+                    self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
+                                       rank, (0, 1, dtype))
+                    self._grad_win.Flush(rank)
+                finally:
+                    dtype.Free()
         self._put_read(k, read)
         self._announce(k, number, key, versions, scale)
 
@@ -235,6 +341,7 @@ class ParameterWindows(SlotRows):
         for s, rank in enumerate(self.server_ranks):
             self._head_win.Put([heads[s], MPI.INT64_T], rank, (HEAD * k, HEAD, MPI.INT64_T))
         self._head_win.Flush_all()
+        self._watch.end()   # (begun by the push)
 
     # server side ------------------------------------------------------------
     def take_gradient(self, out: np.ndarray, clocks, consumed, each=None) -> int:
@@ -247,8 +354,7 @@ class ParameterWindows(SlotRows):
         heads: Any = self._heads
         if each is not None:   # the heads as state.Head, their scales from their bits
             self._read_win.Sync()
-            scales = self._heads[:, 3].copy().view(np.float64).tolist()
-            heads = [Head(n, key, v, sc) for (n, key, v, _), sc in zip(self._heads.tolist(), scales)]
+            heads = heads_of(self._heads)
         summed = sum_slots(out, self._slots, heads, self._slot_of, clocks, consumed,
                            sparse=self.sparse, each=each, reads=self._reads)
         if self.sparse:
@@ -264,8 +370,8 @@ class ParameterWindows(SlotRows):
         was pushed to it and not taken yet), and of the read parameters
         with them (a store with `reads`). For a checkpoint, taken while no
         push is in flight."""
-        for win in self._windows():
-            win.Sync()
+        for name in self._wins:
+            getattr(self, name).Sync()
         state = {"slots": self._slots.copy(), "heads": self._heads.copy()}
         if self._reads is not None:
             state["reads"] = self._reads.copy()
@@ -280,80 +386,135 @@ class ParameterWindows(SlotRows):
             raise ValueError("the checkpoint was made with another async_rule (DC's pushes carry the "
                              "parameters they were read at): resume with the one it was made with")
         self._slots[:] = state["slots"]
-        heads = np.asarray(state["heads"])
-        self._heads[:, :heads.shape[1]] = heads
-        if heads.shape[1] < HEAD:   # (older checkpoints: number and key only)
-            self._heads[:, 2] = 0
-            self._heads[:, 3] = np.array([1.0]).view(np.int64)[0]
+        self._heads[:] = head_cells(heads_of(state["heads"]))
         if self._reads is not None:
             self._reads[:] = state["reads"]
-        for win in self._windows():
-            win.Sync()
-
-    def free(self) -> None:
-        for win in self._windows():
-            win.Unlock_all()
-            win.Free()
+        for name in self._wins:
+            getattr(self, name).Sync()
 
 
-class ControlWindow(TableLayout):
+class ControlWindow(TableLayout, _Windows):
     """Per-worker and per-server counters in one float64 window on server 0.
 
     Each slot has one writer (a worker its row, a server its row), so writes
     are plain `Accumulate(REPLACE)` without locks; readers take the whole
     table with one `Get` (a few hundred bytes).
+
+    One more cell, after the table, counts the writes: a write adds 1 to it
+    once its values are complete, a read reads it before the table, so a
+    poll that finds it as the last read did (`changed`: one 8-byte `Get`)
+    knows the table is as that read saw it, and skips its reading, its
+    view and its paradigm's decisions (benchmarks/results/overhead.md).
     """
 
-    def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int):
+    _wins = ("_win",)
+
+    def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int, *,
+                 world_home: int | None = None, watchdog: Unwatched = UNWATCHED):
         super().__init__(workers, servers)
         self.comm = comm
         self.home = home
-        count = self.size if comm.Get_rank() == home else 0
+        self._watch, self._home = watchdog, (home if world_home is None else world_home,)
+        count = self.size + 1 if comm.Get_rank() == home else 0
         self._win, _ = _allocate(comm, count, np.float64)
         comm.Barrier()
         self._win.Lock_all()
-        self._one = np.zeros(1)
+        self._one = np.ones(1)
+        self._seen = np.zeros(1)      # the write count as of the last read
+        self._count = np.zeros(1)     # the write count as of the last `changed`
 
     def read(self) -> np.ndarray:
         """One consistent-enough copy of the whole table (each slot atomic)."""
+        self._watch.begin("a read of the control table", self._home)
+        self._win.Get([self._seen, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE))
+        self._win.Flush(self.home)
         self._win.Get([self.latest, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
         self._win.Flush(self.home)
+        self._watch.end()
         return self.latest.copy()
 
-    def read_cells(self, offsets: list[int]) -> np.ndarray:
-        """A few cells, one Get each (a worker reads its servers' counts
-        after every pull: not the whole table of a large job)."""
-        out = np.empty(len(offsets))
-        for k, offset in enumerate(offsets):
-            self._win.Get([out[k:k + 1], MPI.DOUBLE], self.home, (offset, 1, MPI.DOUBLE))
+    def changed(self) -> bool:
+        """Whether anything was written since the last `read`."""
+        self._watch.begin("a read of the control table's count", self._home)
+        self._win.Get([self._count, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE))
         self._win.Flush(self.home)
-        return out
+        self._watch.end()
+        return bool(self._count[0] != self._seen[0])
 
     def is_home(self) -> bool:
         return self.comm.Get_rank() == self.home
 
-    def gate_answered(self, view, gate) -> None:
-        pass   # a wait polls: nothing to learn
-
     def write(self, offset: int, values) -> None:
         vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
+        self._watch.begin("a write to the control table", self._home)
         self._win.Accumulate([vals, MPI.DOUBLE], self.home, (offset, len(vals), MPI.DOUBLE), MPI.REPLACE)
+        self._win.Flush(self.home)   # the values first, then the count (accumulate_ordering none)
+        self._win.Accumulate([self._one, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE), MPI.SUM)
         self._win.Flush(self.home)
+        self._watch.end()
 
     def add(self, offset: int, value: float) -> float:
         """Atomic fetch-and-add; returns the value before. For counters that
         only their adders read (the global budget's claims): no wait's
         condition may read one, since the simulator does not check waits
-        again when it changes (local_transport.LocalControlTable.add)."""
-        self._one[0] = value
+        again when it changes (local.LocalControlTable.add), and a poll
+        skips its check where nothing else was written (`changed`)."""
         result = np.zeros(1)
-        self._win.Fetch_and_op([self._one, MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
+        self._watch.begin("a fetch-and-add on the control table", self._home)
+        self._win.Fetch_and_op([np.full(1, value, np.float64), MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
         self._win.Flush(self.home)
+        self._watch.end()
         return float(result[0])
 
+
+# Seconds between the calls of a ProgressThread: a one-sided operation aimed
+# at its rank waits about this long for it, and the thread costs its rank a
+# few percent of a core (it sleeps in between). MPIPS_PROGRESS_INTERVAL
+# changes it, 0 turns the threads off (an MPI whose one-sided operations
+# progress by themselves, RDMA hardware).
+PROGRESS_INTERVAL = 100e-6
+
+
+def progress_interval() -> float:
+    """PROGRESS_INTERVAL, or MPIPS_PROGRESS_INTERVAL's seconds (0: no thread)."""
+    text = os.environ.get("MPIPS_PROGRESS_INTERVAL")
+    if text is None:
+        return PROGRESS_INTERVAL
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise ConfigError("MPIPS_PROGRESS_INTERVAL", text, "seconds between progress calls, >= 0 and < 1 (0: none)")
+    return value
+
+
+class ProgressThread:
+    """Keeps MPI progressing on a rank that others reach one-sidedly (a
+    server: its windows), whatever the rank itself is doing (applying,
+    logging, sleeping in a wait). Across nodes without RDMA hardware a Get,
+    Put or Accumulate aimed at a rank completes only when that rank calls
+    MPI (Open MPI: osc/rdma over the TCP btl; MPICH: its atomics), and a
+    server that sleeps a millisecond between polls held every worker's
+    operations that long, many times an iteration (docs/multinode.md). The
+    thread calls `Iprobe` on a communicator of its own every
+    PROGRESS_INTERVAL seconds and sleeps in between: no spinning, ranks may
+    share cores. Needs MPI_THREAD_MULTIPLE (mpi4py's default)."""
+
+    def __init__(self, comm: MPI.Intracomm, interval: float = PROGRESS_INTERVAL):
+        self._comm, self._interval = comm, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpips-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._comm.Iprobe()
+            time.sleep(self._interval)
+
     def free(self) -> None:
-        self._win.Unlock_all()
-        self._win.Free()
+        self._stop.set()
+        self._thread.join()
 
 
 class MPITransport:
@@ -366,7 +527,13 @@ class MPITransport:
     node swapping) before one, or inside it, held every other rank there
     beyond any wait of ours, and a job with a rank stopped in its first
     seconds hung, silent, until it was killed from outside. Each is made
-    through `blocking`, which ends the job past the stall timeout."""
+    through `blocking`, which ends the job past the stall timeout.
+
+    A context manager: its end frees every window and communicator it made
+    (`close`, collective) when the job ends on every rank alike (returning,
+    or an `EveryRank` exception); a rank that fails alone leaves them to the
+    abort that follows (a collective free would wait for ranks still
+    training). After either, a use is a `Freed` error."""
 
     def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float):
         self.comm = MPI.COMM_WORLD if comm is None else comm
@@ -378,6 +545,23 @@ class MPITransport:
         self._made: list = []        # windows and communicators, freed by close()
         # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
         self._failures = self.blocking("set-up (a window's allocation)", lambda: ControlWindow(self.comm, 0, 0, 0))
+        #: every rank's host (MPI's processor name), in rank order
+        self.hosts: list[str] = self.allgather(MPI.Get_processor_name(), what="set-up (every rank's host)")
+        #: every rank as messages name it (name_ranks adds its role once the layout is known)
+        self.names = [f"rank {r} on {host}" for r, host in enumerate(self.hosts)]
+        self.watchdog = Watchdog(timeout, lambda r: self.names[r], lambda: self.comm.Abort(1 if self.started else 2),
+                                 me=lambda: self.names[self.rank])
+        # a job across nodes: a communicator for the servers' progress threads (ProgressThread)
+        self._progress_interval = progress_interval()
+        self._progress_comm = (self.blocking("set-up (a communicator's duplication)", self.comm.Dup)
+                               if len(set(self.hosts)) > 1 and self._progress_interval > 0
+                               and MPI.Query_thread() == MPI.THREAD_MULTIPLE else None)
+        self._progress: ProgressThread | None = None
+
+    def name_ranks(self, placement: list[dict]) -> None:
+        """Messages name a rank with its role and host: 'rank 3 (worker 2) on node2'."""
+        self.names = [f"rank {p['rank']} ({p['role'].replace('_', ' ')} {p['index']}) on {p['host']}"
+                      for p in placement]
 
     def blocking(self, what: str, call):
         """call(), one of MPI's blocking collectives. Past the stall timeout
@@ -399,7 +583,7 @@ class MPITransport:
               f"a rank is stuck, stopped or gone", file=sys.stderr, flush=True)
         self.comm.Abort(1 if self.started else 2)
 
-    def allgather(self, value, *, what: str, name=str) -> list:
+    def allgather(self, value, *, what: str, name: Callable[[int], str] = str) -> list:
         return allgather_within(self.comm, value, what=what, warn=self.warn, timeout=self.timeout, name=name)
 
     def bcast(self, value, root: int = 0):
@@ -446,16 +630,19 @@ class MPITransport:
         spec = specs[mine[0]]
         local = [spec.members.index(r) for r in spec.servers]
         store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse, reads=reads,
-                                 world_server_ranks=spec.servers)
-        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers))
+                                 world_server_ranks=spec.servers, watchdog=self.watchdog)
+        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers), world_home=spec.servers[0],
+                              watchdog=self.watchdog)
         self._made += [store, table]
-        return {rank: (store, table)}
+        if rank in spec.servers and self._progress_comm is not None and self._progress is None:
+            self._progress = ProgressThread(self._progress_comm, self._progress_interval)
+        return {rank: LevelHandles(store, table)}
 
     def each(self, work: dict) -> np.ndarray:
         mine = work[self.rank]() if work else np.nan
         return np.array(self.allgather(mine, what="set-up (every rank's work before the start)"))
 
-    def run(self, bodies: dict, elapsed: float, name=str) -> dict:
+    def run(self, bodies: dict, elapsed: float, name: Callable[[int], str] = str) -> dict:
         """The body between the start barrier and the end one (SetupTimeout
         naming the ranks that do not reach it)."""
         (rank, body), = bodies.items()
@@ -476,9 +663,28 @@ class MPITransport:
         return self._failures.add(0, 1) == 0
 
     def close(self) -> None:
-        """Free the levels' windows and communicators, the last made first."""
+        """Free the levels' windows and communicators, the last made first (collective)."""
+        if self._progress is not None:   # before its windows go
+            self._progress.free()
+            self._progress = None
+        self.watchdog.free()
+        made = ([self._progress_comm] if self._progress_comm is not None else []) + [self._failures] + self._made
+        self._made, self._progress_comm, self._failures = [], None, _Gone("MPITransport")
+
         def free():
-            for made in reversed(self._made + [self._failures]):
-                made.free() if hasattr(made, "free") else made.Free()
+            for thing in reversed(made):
+                thing.free() if isinstance(thing, _Windows) else thing.Free()
         self.blocking("freeing the windows", free)
-        self._made = []
+
+    def __enter__(self) -> "MPITransport":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if error is None or isinstance(error, EveryRank):
+            self.close()
+        else:   # this rank alone: the job is aborted next (abort_job), which frees them
+            if self._progress is not None:
+                self._progress.free()
+                self._progress = None
+            self.watchdog.free()
+            self._made, self._progress_comm, self._failures = [], None, _Gone("MPITransport")

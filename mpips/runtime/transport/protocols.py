@@ -5,12 +5,18 @@ under the virtual-time scheduler (local_transport.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
 from ..state import TableView
 from .wait import Clock
+
+
+class EveryRank(Exception):
+    """Raised by every rank of a job at the same point (bad input found in
+    set-up, the end after a preemption's checkpoint, a run judged failed):
+    what the ranks hold together may be freed together on the way out."""
 
 
 class ParameterStore(Protocol):
@@ -20,7 +26,9 @@ class ParameterStore(Protocol):
     bounds: list[tuple[int, int]]
     shard: np.ndarray                 # this server's shard (empty on a client)
     world_server_ranks: list[int]     # for messages
-    reads: bool                       # a slot per client for the parameters its push was read at
+
+    @property
+    def reads(self) -> bool: ...      # a slot per client for the parameters its push was read at
 
     def pull(self, out: np.ndarray) -> None: ...
 
@@ -47,11 +55,13 @@ class ParameterStore(Protocol):
 
 
 class ControlTable(Protocol):
-    """A level's table of counters: these verbs, with state.TableLayout's
-    offsets and views (worker_offset, server_rows, view, ...)."""
+    """A level's table of counters: a transport's verbs (read, write,
+    fetch-and-add) over state.TableLayout's places and views, all that the
+    roles use of it."""
 
     workers: int
     servers: int
+    latest: np.ndarray   # the table as of the last read() (no copy, no communication)
 
     def read(self) -> np.ndarray: ...
 
@@ -61,11 +71,33 @@ class ControlTable(Protocol):
 
     def add(self, offset: int, value: float) -> float: ...   # fetch-and-add
 
+    def changed(self) -> bool: ...   # anything written since this handle's last read (a poll's cheap check)
+
     def is_home(self) -> bool: ...    # the table's memory is on this rank
 
-    def gate_answered(self, view: TableView, gate) -> None:
-        """A gate that read `view` did not pass (the simulator then checks it
-        again only once what it waits for changed; MPI polls: nothing)."""
+    def worker_offset(self, worker: int, col: int = 0) -> int: ...
+
+    def server_offset(self, server: int, col: int = 0) -> int: ...
+
+    def worker_rows(self, snap: np.ndarray) -> np.ndarray: ...
+
+    def server_rows(self, snap: np.ndarray) -> np.ndarray: ...
+
+    def view(self, snap: np.ndarray, now: float, server: int = 0) -> TableView: ...
+
+
+def unwatched(view: TableView, gate: Any) -> None:
+    """A gate that did not pass, under a transport that polls: nothing to do."""
+
+
+class LevelHandles(NamedTuple):
+    """What a rank gets of one level: its store and table, and where a gate
+    that did not pass is told (the simulator re-checks it only once what it
+    waits for changed: its own hook, `LocalControlTable.gate_answered`)."""
+
+    store: ParameterStore
+    table: ControlTable
+    watch_gate: Callable[[TableView, Any], None] = unwatched
 
 
 class Collectives(Protocol):
@@ -75,7 +107,7 @@ class Collectives(Protocol):
     rank: int
     size: int
 
-    def allgather(self, value, *, what: str, name=str) -> list: ...
+    def allgather(self, value, *, what: str, name: Callable[[int], str] = str) -> list: ...
 
     def bcast(self, value, root: int = 0): ...
 
@@ -109,7 +141,7 @@ class Transport(Protocol):
     def clock(self) -> Clock: ...   # (read-only: each transport's own kind of clock)
 
     def level(self, specs: list[LevelSpec], *, n: int, sparse: bool,
-              reads: bool = False) -> dict[int, tuple[ParameterStore, ControlTable]]:
+              reads: bool = False) -> dict[int, LevelHandles]:
         """Collective: (store, table) of `n` parameters for each of `ranks`
         that is a member of one of the (disjoint) `specs`."""
 
@@ -117,7 +149,7 @@ class Transport(Protocol):
         """Run this process's ranks' `work` before the clock starts; every
         world rank's result, nan where it had none."""
 
-    def run(self, bodies: dict[int, Callable], elapsed: float, name=str) -> dict:
+    def run(self, bodies: dict[int, Callable], elapsed: float, name: Callable[[int], str] = str) -> dict:
         """Start the clock (at `elapsed`: a resumed run's), run the bodies to
         the end; their results by rank. `name(rank)`: a rank in messages."""
 

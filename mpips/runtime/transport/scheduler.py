@@ -31,7 +31,7 @@ ones; threads passing a baton cost tens of microseconds per switch in the
 GIL's hand-off. A greenlet switch costs under a microsecond, a whole event
 (a sleep, the timer heap, the switches out and back) a few, and three times
 that once the tasks' own work between events has evicted it from the caches
-(benchmarks/scheduler_events.py).
+(benchmarks/studies/scheduler_events.py).
 """
 from __future__ import annotations
 
@@ -247,9 +247,10 @@ class Scheduler:
         heappush(self._timers, (self.now + seconds, self._seq, me))
         self._yield()
 
-    def wait_until(self, ready, *, what: str, describe, warn: float, timeout: float, due=None) -> float:
+    def wait_until(self, ready, *, what: str, describe, warn: float, timeout: float, due=None,
+                   changed=None) -> float:
         """wait.wait_until in virtual time: check `ready()` whenever the shared
-        state changed; `warn` and `due` do not apply (nothing polls). Once
+        state changed; `warn`, `due` and `changed` do not apply (nothing polls). Once
         parked, the check runs in the scheduler's loop, at the task's turn,
         and the task is resumed only when it passes (a check is a poll: it
         neither sleeps nor waits)."""

@@ -31,6 +31,9 @@ MAX_SLEEP = 1e-3
 # cost of a few more polls (benchmarks/overhead.py).
 LATE_FRACTION = 0.25
 OVERDUE_FRACTION = 0.1   # the same once it is due: it should land any moment
+# A wait told whether anything it reads `changed` checks `ready()` only then,
+# and at least this often (a server's duties that depend on the time).
+HEARTBEAT = 1e-3
 
 
 def precise_sleeps() -> None:
@@ -44,10 +47,12 @@ def precise_sleeps() -> None:
             pass
 
 
-def next_sleep(waited: float, expected: np.ndarray | None = None) -> float:
+def next_sleep(waited: float, expected: np.ndarray | float | None = None) -> float:
     """How long to sleep before the next poll, `waited` seconds into a wait;
     `expected` as `due()` returns it."""
-    if expected is None or not len(expected):
+    if isinstance(expected, float):   # one thing awaited (a gate): never later than without, finer once due
+        sleep = min(expected if expected > 0 else -expected * OVERDUE_FRACTION, waited * LATE_FRACTION)
+    elif expected is None or not len(expected):
         sleep = waited * LATE_FRACTION
     else:   # until the soonest is due, or backing off from when it was due
         sleep = float(np.min(np.where(expected > 0, expected, -expected * OVERDUE_FRACTION)))
@@ -60,29 +65,46 @@ class StallError(RuntimeError):
 
 def wait_until(ready: Callable[[], bool], *, what: str, describe: Callable[[], str],
                warn: float, timeout: float, prefix: str = "mpips",
-               due: Callable[[], np.ndarray | None] | None = None) -> float:
+               due: Callable[[], np.ndarray | float | None] | None = None,
+               changed: Callable[[], bool] | None = None) -> float:
     """Poll `ready()` until it is true; return the seconds waited.
 
     `describe()` is only called when a message is due, so it may be costly
     (it should name the ranks waited for and their clocks). `due()`, after a
     poll that was not ready: in how many seconds each thing awaited is
     expected (negative: overdue by that much; None or empty: no idea).
+    `changed()`: whether what `ready()` reads may have changed since it last
+    read it (one cell of a control table: mpi.ControlWindow.changed); a poll
+    that finds nothing changed skips `ready()` (its reads, its view, its
+    paradigm's decisions), unless HEARTBEAT passed since it last ran.
     """
     start = time.perf_counter()
     if ready():
         return 0.0
     warned_at = 0.0
-    waited = 0.0
+    waited = checked = 0.0
+    expected = _due_at(due, 0.0)   # when each awaited thing is due, in seconds since the start
     while True:
-        time.sleep(next_sleep(waited, due() if due is not None else None))
-        if ready():
-            return time.perf_counter() - start
+        time.sleep(next_sleep(waited, None if expected is None else expected - waited))
+        if changed is None or changed() or time.perf_counter() - start - checked > HEARTBEAT:
+            if ready():
+                return time.perf_counter() - start
+            checked = time.perf_counter() - start
+            expected = _due_at(due, checked)
         waited = time.perf_counter() - start
         if waited > timeout:
             raise StallError(f"{what}: stalled {waited:.0f}s (stall_timeout); waiting for {describe()}")
         if waited > warn and waited - warned_at > warn:
             warned_at = waited
             print(f"{prefix}: {what}: waiting {waited:.0f}s for {describe()}", file=sys.stderr, flush=True)
+
+
+def _due_at(due: Callable[[], np.ndarray | float | None] | None, now: float):
+    """`due()`, asked right after a check at `now`, as times since the wait's start."""
+    expected = due() if due is not None else None
+    if expected is None or isinstance(expected, float):
+        return None if expected is None else now + expected
+    return now + np.asarray(expected)
 
 
 class Clock(Protocol):
@@ -96,15 +118,25 @@ class Clock(Protocol):
 
     def wait_until(self, ready: Callable[[], bool], *, what: str, describe: Callable[[], str],
                    warn: float, timeout: float,
-                   due: Callable[[], np.ndarray | None] | None = None) -> float: ...
+                   due: Callable[[], np.ndarray | float | None] | None = None,
+                   changed: Callable[[], bool] | None = None) -> float: ...
+
+
+def sleep(seconds: float) -> None:
+    """time.sleep, in pieces of at most a day: an emulated device time may
+    exceed the platform's time_t (LB-BSP's largest batch at p = 3), which
+    time.sleep refuses with OverflowError."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, 86400.0))
 
 
 class WallClock:
-    """The real clock: `time.time`, `time.perf_counter`, `time.sleep`, and
+    """The real clock: `time.time`, `time.perf_counter`, `sleep` above, and
     waits that poll with backoff."""
 
     perf_counter = staticmethod(time.perf_counter)
-    sleep = staticmethod(time.sleep)
+    sleep = staticmethod(sleep)
     wait_until = staticmethod(wait_until)
     time = staticmethod(time.time)   # last: in this class's body it is `time` from here on
     origin = 0.0

@@ -15,6 +15,7 @@ from mpi4py import MPI
 
 from mpips.config import Config
 from mpips.io.checkpoint import checkpoint_files, decode, find_resume
+from mpips.io.rundir import RunDir
 from mpips.runtime.layout import Layout
 from mpips.runtime.recovery.checkpointer import Checkpointer, Preempted
 from mpips.runtime.state import G, S, W
@@ -46,7 +47,8 @@ def _setup():
         now=lambda: time.time() - t0,
         wait=lambda ready, what, describe: wait_until(ready, what=what, describe=describe,
                                                       warn=30, timeout=60))
-    return comm, ctx, Checkpointer(MPITransport(comm, warn=30, timeout=60), run_dir, Config(), IDENT, None), run_dir
+    return comm, ctx, Checkpointer(MPITransport(comm, warn=30, timeout=60), RunDir(run_dir), Config(), IDENT,
+                                   None), run_dir
 
 
 def _ack(ctx):

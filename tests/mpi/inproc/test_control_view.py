@@ -74,7 +74,8 @@ def test_stall_messages_name_the_server_that_holds_pushes_back():
     comm.Barrier()
     layout = Layout(servers=2, group_servers=0, workers=2)
     ctx = SimpleNamespace(table=table, level=Level(None, table, tuple(layout.worker_ranks),
-                                                   tuple(layout.server_ranks), epoch_pushes=1))
+                                                   tuple(layout.server_ranks), epoch_pushes=1),
+                          rank_name=lambda rank: f"rank {rank}")   # (one host: no host named)
     assert Context.describe_workers(ctx, [0, 1]) == (
         "worker 1 = rank 3 (clock 3); server 1 = rank 1 (applied 4 of 5 pushes of worker 0)")
     assert Context.describe_workers(ctx, [0]) == "server 1 = rank 1 (applied 4 of 5 pushes of worker 0)"

@@ -308,6 +308,8 @@ def test_control_table_fetch_and_add_is_atomic():
 def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     """A push whose earlier one no server took yet waits (flow control), and
     after stall_timeout fails naming the server and its count."""
+    from types import SimpleNamespace
+
     from mpi4py import MPI
 
     from mpips.config import load
@@ -321,10 +323,11 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     store = ParameterStore(comm, [0], N, clients=workers)
     table = ControlTable(comm, 0, workers, 1)
     config = load(overrides={"stall_timeout": 1.0, "stall_warn": 100.0})   # the least allowed
-    plan = Plan(config, Layout(1, 0, workers), run_dir="", iterations=1, iterations_per_epoch=1, epochs=1.0,
+    plan = Plan(config, Layout(1, 0, workers), run=None, iterations=1, iterations_per_epoch=1, epochs=1.0,
                 total_samples=0, num_params=N, sparse=False)
     level = Level(store, table, client_ranks=tuple(range(1, size)), server_ranks=(0,), epoch_pushes=workers)
-    ctx = Context(plan, level, Services(None, WallClock(), None, table), None, rank,
+    no_log = SimpleNamespace(flush_if_due=lambda: None)   # (nothing logged: nothing to flush while waiting)
+    ctx = Context(plan, level, Services(no_log, WallClock(), None, table), None, rank,
                   "worker" if rank else "server", max(rank - 1, 0))
     if rank == 1:
         assert ctx.wait_for_slot(0, 0) == 0.0            # the first push never waits
@@ -340,3 +343,34 @@ def test_a_worker_waiting_for_its_slot_names_the_server_when_it_stalls():
     comm.Barrier()
     table.free()
     store.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_window_used_after_free_is_an_error_naming_it():
+    """A window is a context manager; its end frees it (collectively, once),
+    and a later use is a Freed error, not a call on a freed MPI handle. The
+    transport frees what it made the same way."""
+    from mpi4py import MPI
+
+    from mpips.runtime.transport.mpi import Freed, MPITransport
+    from mpips.runtime.transport.protocols import LevelSpec
+
+    comm = MPI.COMM_WORLD
+    with ParameterStore(comm, [0], 10, clients=comm.Get_size() - 1) as store, \
+            ControlTable(comm, 0, workers=comm.Get_size() - 1, servers=1) as table:
+        out = np.empty(10, np.float32)
+        store.pull(out)
+        table.read()
+    store.free()   # a second free: nothing
+    with pytest.raises(Freed, match="ParameterWindows used after free"):
+        store.pull(out)
+    with pytest.raises(Freed, match="ControlWindow used after free"):
+        table.read()
+    size = comm.Get_size()
+    with MPITransport(comm, warn=30, timeout=60) as transport:
+        handles = transport.level([LevelSpec(members=tuple(range(size)), servers=(0,), table_rows=size - 1,
+                                             slot_rows=tuple(range(size - 1)))], n=10, sparse=False)
+    with pytest.raises(Freed):
+        handles[comm.Get_rank()].table.read()
+    with pytest.raises(Freed):
+        transport.first_to_fail()

@@ -19,11 +19,15 @@ whole simulator in a real run).
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import sys
 import time
 
 import numpy as np
-from common import stats, table, write_results  # (puts this checkout's mpips on the path)
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # benchmarks/: common.py
+from common import stats, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 
 from mpips.runtime.transport.scheduler import Scheduler
 

@@ -11,10 +11,14 @@ speed distinct, as measured speeds are, global batch 16 per worker, cap 40
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
-from common import stats, table, write_results  # (puts this checkout's mpips on the path)
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # benchmarks/: common.py
+from common import stats, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 
 from mpips.paradigms import balance
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 
 import numpy as np
-from common import HERE, mpiexec, table, write_results
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # benchmarks/: common.py
+from common import HERE, mpiexec, table, write_results  # noqa: E402
 
 from mpips.io.log import RunLog
 

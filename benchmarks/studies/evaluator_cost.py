@@ -20,7 +20,7 @@ import tempfile
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # benchmarks/: common.py
 sys.path.insert(0, HERE)
 from common import mpiexec, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 

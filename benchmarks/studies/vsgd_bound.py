@@ -20,7 +20,9 @@ import sys
 import tempfile
 
 import numpy as np
-from common import mpiexec, table, write_results
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # benchmarks/: common.py
+from common import mpiexec, table, write_results  # noqa: E402
 
 SETTINGS = {
     "asp, 1,1,1,6": ["--gate", "asp", "--slowdown", "1,1,1,6"],

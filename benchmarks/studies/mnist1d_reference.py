@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
+import sys
 import time
 
 import numpy as np
 import torch
-from common import table, write_results  # (puts this checkout's mpips on the path)
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # benchmarks/: common.py
+from common import table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 
 from mpips.config import Config
 from mpips.training.data import WorkerShard, load_dataset
