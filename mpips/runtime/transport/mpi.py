@@ -211,9 +211,10 @@ class ParameterWindows(SlotRows, _Windows):
     Collective over `comm`: every rank constructs it; only ranks in
     `server_ranks` hold memory. Each server holds one gradient slot per
     client row (`clients`: a count, or the row numbers that push, in order)
-    and a push number per slot. A client `push`es into its slot with `Put`
+    and a head per slot (state.Head). A client `push`es into its slot with `Put`
     (no accumulate, no lock shared with other clients), then writes the
-    slot's push number and order key; a server `take_gradient`s by summing
+    slot's head (push number, order key, and an async rule's version read
+    and scale); a server `take_gradient`s by summing
     the slots that hold unapplied pushes in the order of their keys (a
     worker's key is where its batch starts in the global sample stream:
     which worker claimed which batch of a BSP round depends on timing, the
@@ -225,7 +226,9 @@ class ParameterWindows(SlotRows, _Windows):
     paradigms, and memory stays at one shard per client per server.
 
     `sparse`: clients may `push_sparse` (top-k): a server then zeroes each
-    slot after taking it, so a sparse `Put` lands on zeros.
+    slot after taking it, so a sparse `Put` lands on zeros. `reads`: one
+    more slot per client for the parameters its push was computed on (the
+    DC rules' w_read; docs/paradigms.md, "Update rules").
     """
 
     _wins = ("_param_win", "_grad_win", "_read_win", "_head_win")
