@@ -21,7 +21,7 @@ PYTEST := $(PY) -m pytest -q --timeout=300 --timeout-method=thread
 VENV_MPICH := .venv-mpich
 PY_MPICH := $(VENV_MPICH)/bin/python
 
-.PHONY: install demo test test-lint test-unit test-sim test-mpi test-slurm test-nodes test-install test-portability bench compare study clean cluster-up cluster-down
+.PHONY: install demo test test-lint test-unit test-sim test-mpi test-slurm test-nodes test-install test-docs test-portability bench compare study clean cluster-up cluster-down
 
 install: $(VENV)/.installed
 
@@ -108,7 +108,15 @@ cluster-down:
 # command as a user runs it: --help, a 5-rank train, summarize, plot (about 1.5 min).
 test-install: install
 	$(injected)
-	$(PY) -m pytest -q -p no:pytest_mpi --timeout=900 --timeout-method=thread $(PYTEST_ARGS) tests/install
+	$(PY) -m pytest -q -p no:pytest_mpi --timeout=900 --timeout-method=thread $(PYTEST_ARGS) \
+		-k "not guide and not troubleshooting" tests/install
+
+# The commands of docs/guide.md and docs/troubleshooting.md in a fresh shell, as
+# test-install runs README.md's (tests/install/test_readme_commands.py): about 12
+# minutes of training to the accuracies they state, so not a stage of make test.
+test-docs: install
+	$(PY) -m pytest -q -p no:pytest_mpi --timeout=1800 --timeout-method=thread $(PYTEST_ARGS) \
+		-k "guide or troubleshooting" tests/install/test_readme_commands.py
 
 # Other MPIs and the network path: a short job per paradigm under MPICH (its own
 # venv, .venv's torch linked in first) and under Open MPI with one-sided operations over TCP

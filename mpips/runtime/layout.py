@@ -71,7 +71,7 @@ NOT_LAUNCHED = ("a job runs one process per rank, and this is one process: start
 def roles_note(layout: Layout, derived: bool) -> str:
     """Rank 0's line on how the ranks started were split, when a role other than
     servers and workers took some and the workers were derived from -n (`-n 5
-    --paradigm gssp --groups 2` trains 2 workers, `-n 5 --evaluator` 3); '' otherwise."""
+    --evaluator` trains 3: one rank is the server, one the evaluator); '' otherwise."""
     if not derived or not (layout.group_servers or layout.evaluators):
         return ""
     parts = [f"{layout.servers} server(s)", f"{layout.group_servers} group server(s)" if layout.group_servers else "",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mpips.config import ConfigError, load
+from mpips.io.rundir import RunDir
 from mpips.paradigms import make_paradigm
 from mpips.runtime.job.assemble import make_plan, too_short
 from mpips.runtime.layout import make_layout, roles_note
@@ -36,7 +37,7 @@ def _plan(**settings):
     config = load(overrides=settings)
     layout = make_layout(config, config.servers + config.workers)
     paradigm = make_paradigm(config, layout.workers)
-    return make_plan(config, layout, paradigm, 1438, 1.0, 100)
+    return make_plan(config, layout, RunDir("run"), paradigm, 1438, 1.0, 100)
 
 
 def test_a_round_beyond_the_training_set_is_a_warning_with_the_numbers():
