@@ -102,6 +102,9 @@ BENCHMARKS = (
                     "<=", 1.05, "max"),)),
     Benchmark("paradigms", "paradigms.py", "every paradigm on one job, heterogeneous and homogeneous (make compare)"),
     Benchmark("scale", "scale.py", "every paradigm at 16, 64 and 256 simulated workers"),
+    Benchmark("async-scale", "async_scale.py",
+              "the asynchronous paradigms' update rules (async_rule) against BSP at the same sample budget, "
+              "in the simulator: final accuracy minus BSP's and time to the target over BSP's"),
     Benchmark("plan_validation", "plan_validation.py", "mpips plan's choice against every candidate trained"),
     Benchmark("test_margins", "test_margins.py", "the test suite's accuracy thresholds over seeds and CPU kernels"),
     Benchmark("gpu", "gpu.py", "CUDA workers sharing one GPU against one process and DDP (a lent GPU)"),

@@ -258,9 +258,13 @@ mpips_launch() {
 # failure stops the job: without the list, MPIPS_<FIELD> settings would be
 # dropped without a word (as MPIPS_DEVICE was, loading config.py on its own).
 _mpips_fields() {
-    "$MPIPS_PYTHON" -c 'import dataclasses
-from mpips.config import Config
-print(" ".join(f.name + (":bool" if isinstance(f.default, bool) else "") for f in dataclasses.fields(Config)))'
+    "$MPIPS_PYTHON" -c 'from mpips.config import SHARED
+from mpips.paradigms import option_specs
+every = dict(SHARED)   # the shared settings, then each paradigm'"'"'s own (MPIPS_GROUPS, MPIPS_STALENESS)
+for own in option_specs().values():
+    for name, spec in own.items():
+        every.setdefault(name, spec)
+print(" ".join(name + (":bool" if isinstance(spec.default, bool) else "") for name, spec in every.items()))'
 }
 
 # --- GPUs ---------------------------------------------------------------------

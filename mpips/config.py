@@ -18,6 +18,7 @@ from .heterogeneity import EmulatedCluster
 from .node_links import NodeLinks
 from .paradigms import REGISTRY as PARADIGMS  # the registry itself: registered paradigms are choices too
 from .paradigms import RESERVED, Options, option_specs, options_class
+from .paradigms.async_rules import ASYNC_RULES
 from .paradigms.base import counted
 from .paradigms.compress import COMPRESSORS
 from .settings import MAX_COUNT, MAX_WORKERS, Spec, check, setting, specs, values
@@ -82,6 +83,17 @@ class Config:
                                                  "max(0, 1 - W(1 - m)) at lr x (1 - that)/(1 - m), since "
                                                  "asynchrony adds momentum of about 1 - 1/W; as-set = m and lr",
                                   choices=ASYNC_MOMENTUM)
+    async_rule: str = setting("none", "pushes applied one at a time (the paradigms async_momentum names, GSSP at "
+                                      "both levels, asynchronous localsgd): each push's update rule, tau being the "
+                                      "pushes applied between its read and its apply: staleness = the push x "
+                                      "1/max(1, tau); delay-adaptive = x W/max(W, tau); dc = the gradient g plus "
+                                      "dc-lambda g*g*(w_now - w_read) (DC-ASGD; the worker sends w_read with its "
+                                      "push); dc-adaptive = the same with lambda = dc-lambda0 / sqrt(MS + 1e-7), "
+                                      "MS an EMA of g*g", choices=ASYNC_RULES)
+    dc_lambda: float = setting(0.04, "async-rule dc: lambda (0 = the plain rule)", low=0.0)
+    dc_lambda0: float = setting(2.0, "async-rule dc-adaptive: lambda0 (0 = the plain rule)", low=0.0)
+    dc_decay: float = setting(0.95, "async-rule dc-adaptive: decay of MS, the EMA of g*g", low=0.0, high=1.0,
+                              high_open=True)
     weight_decay: float = setting(0.0, "L2 weight decay", low=0.0)
     lr_schedule: str = setting("none", "learning-rate schedule over updates", choices=SCHEDULES)
     lr_step_every: float = setting(1.0, "step schedule: decay every this many epochs", low=0.0, low_open=True)

@@ -54,12 +54,14 @@ COLUMNS = [
     ("mean_wait_fraction", "wait share", "pct"),
     ("mean_staleness", "mean staleness", ".2f"),
     ("max_staleness", "max staleness", "d"),
+    ("mean_tau", "mean tau", ".2f"),
+    ("mean_async_factor", "mean async factor", ".3f"),
     ("bytes_sent", "bytes sent", "bytes"),
 ]
 # Columns averaged by `mean_rows`; the others identify the group or are counted.
 NUMERIC = ["time_to_target", "epochs_to_target", "final_accuracy", "best_accuracy", "wall_seconds", "updates",
            "updates_per_second", "samples_per_second", "mean_wait_fraction", "mean_staleness",
-           "max_staleness", "bytes_sent"]
+           "max_staleness", "mean_tau", "mean_async_factor", "bytes_sent"]
 # A mean pools the runs alike in all of these: their settings but the seed.
 GROUP_BY = ("paradigm", "layout", "nodes", "workload", "heterogeneity", "clock", "settings")
 # Identify the runs rather than measure them: a compacted text table shows those
@@ -304,6 +306,9 @@ def _columns(table: list[dict], target: float) -> list[tuple[str, str, str]]:
         present.discard("clock")
     if not any(r.get("settings") for r in table):
         present.discard("settings")
+    for key in ("mean_tau", "mean_async_factor"):   # runs under an async rule only
+        if all(_none(r.get(key)) is None for r in table):
+            present.discard(key)
     virtual = clocks == {"virtual"}
     duration = "virtual time" if virtual else "wall" if clocks == {"wall"} else "time"
     return [(k, h.format(target=f"{100 * target:g}%", virtual="virtual " if virtual else "", duration=duration), f)

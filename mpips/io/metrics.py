@@ -72,6 +72,9 @@ def summary(log) -> dict[str, Any]:
         "device_time_overruns": int(it["overrun"].sum()) if len(it) else 0,
         # BSP with backup workers: pushes too late for their round, never applied
         "dropped_pushes": sum(e["server"] == 0 for e in log.events("dropped_push")),   # every server logs each
+        # an async rule (async_rule): its mean factor and tau over the pushes it treated (None: none)
+        "mean_async_factor": float(pu["factor"].mean()) if len(pu := log.pushes) else None,
+        "mean_tau": float(pu["tau"].mean()) if len(pu) else None,
         # Local SGD: local steps per push (None: no local steps)
         "local_steps_per_push": (float(np.mean([e["local_steps"] for e in local]))
                                  if (local := log.events("local_push")) else None),

@@ -53,7 +53,7 @@ def _without_lost_work(parts: dict[str, list[tuple[int, np.ndarray]]]
 def _before_cut(table: str, rows: np.ndarray, cut: dict) -> np.ndarray:
     if table == "iterations":
         return rows["iteration"] < np.asarray(cut["clocks"])[rows["worker"]]
-    if table == "applies":
+    if table in ("applies", "pushes"):
         return rows["step"] <= np.asarray(cut["server_steps"])[rows["server"]]
     if table == "evaluations":
         return rows["steps"] <= cut["step"]
@@ -309,6 +309,10 @@ class RunLog:
         return self._tables["exchanges"]
 
     @property
+    def pushes(self) -> np.ndarray:
+        return self._tables["pushes"]
+
+    @property
     def evaluations(self) -> np.ndarray:
         e = self._tables["evaluations"]
         return e[np.argsort(e["time"], kind="stable")]
@@ -348,7 +352,7 @@ class RunLog:
     # the runtime, the tests and the simulator use.
     def frame(self, table: str):
         """One table as a DataFrame: iterations, applies, evaluations (in time
-        order), exchanges, or events (time, rank, kind, then the union of the
+        order), exchanges, pushes, or events (time, rank, kind, then the union of the
         events' own fields; NaN where an event has none)."""
         import pandas as pd
 
@@ -383,6 +387,10 @@ class RunLog:
     @property
     def exchanges_df(self):
         return self.frame("exchanges")
+
+    @property
+    def pushes_df(self):
+        return self.frame("pushes")
     def summary(self) -> dict[str, Any]:
         """The run in one flat dict (what `python -m mpips info --json` prints)."""
         return metrics.summary(self)

@@ -5,7 +5,8 @@ and where a rank's file is (docs/log-schema.md documents every column).
                     and (at the end) the final parameters and the run's status
     rank-<r>.h5     one per writing rank: tables `iterations` (workers),
                     `applies` and `evaluations` (servers), `events` (all),
-                    `exchanges` (GSSP group servers)
+                    `exchanges` (GSSP group servers), `pushes` (servers
+                    under an async rule)
 """
 from __future__ import annotations
 
@@ -40,8 +41,13 @@ EXCHANGE = np.dtype([
     ("duration", "f8"), ("synced", "i1"), ("flushed", "i1"), ("speed_rank", "i4"), ("ratio", "f4"),
     ("bytes_sent", "i8"), ("bytes_dense", "i8"),
 ])
+# Pushes applied alone under an async rule (`async_rule`): one row per push and server.
+PUSH = np.dtype([
+    ("server", "i4"), ("step", "i8"), ("worker", "i4"), ("clock", "i8"), ("tau", "i8"), ("factor", "f4"),
+    ("gradient", "f4"), ("compensation", "f4"),
+])
 TABLES = {"iterations": ITERATION, "applies": APPLY, "evaluations": EVALUATION, "events": EVENT,
-          "exchanges": EXCHANGE}
+          "exchanges": EXCHANGE, "pushes": PUSH}
 
 
 def columns(dtype: np.dtype) -> tuple[str, ...]:

@@ -117,6 +117,10 @@ class Paradigm:
     name = "base"
     Options: ClassVar[type[Options]] = Options
     wants_exact_distance = False   # the worker measures ||w_now - w_read|| for push()
+    # Some pushes are applied as they arrive, each on parameters it was not
+    # computed on: the servers apply `async_rule` to them (not within a
+    # synchronous round: `synchronous`), and a DC rule's pushes carry their read.
+    asynchronous = True
 
     def __init__(self, config, num_workers: int):
         self.config = config

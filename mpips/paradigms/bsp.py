@@ -22,6 +22,7 @@ def round_complete(view, consumed: np.ndarray) -> bool:
 
 class BSP(Paradigm):
     name = "bsp"
+    asynchronous = False
 
     def gate(self, worker, view):
         # Round c starts once every worker's push of round c-1 is applied.

@@ -66,6 +66,7 @@ class LocalSGD(Paradigm):
     def __init__(self, config, num_workers: int):
         super().__init__(config, num_workers)
         self.sync = self.options.local_mode == "sync"
+        self.asynchronous = not self.sync
         self.speeds: dict[int, float] = {}   # worker -> samples per second of its last push's compute
 
     def worker_loop(self):

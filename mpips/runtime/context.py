@@ -33,6 +33,7 @@ class Plan:
     total_samples: int           # the global budget (budget.py); 0 under a per-worker one
     num_params: int
     sparse: bool                 # clients push top-k (a store then zeroes a slot once taken)
+    reads: bool = False          # pushes carry the parameters they were computed on (async_rule dc*)
     loss_fn: Callable | None = None   # a user's loss(output, target) (mpips.train); None: cross-entropy
     training_samples: int = 0        # of the data set (a round larger than them cannot train: announce)
     hosts: tuple[str, ...] = ()      # each world rank's host, MPI's (the simulator's ranks have none)

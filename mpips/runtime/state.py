@@ -8,7 +8,7 @@ windows (mpips/runtime/transport/mpi.py) and the simulator's in-process arrays
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,36 +37,78 @@ class SlotRows:
             raise ValueError(f"row {row} has no gradient slot (slots for rows {self.rows})") from None
 
 
-def sum_slots(out: np.ndarray, slots: Any, heads: Any, slot_of: dict,
-              clocks, consumed, *, sparse: bool) -> int:
+def sum_slots(out: np.ndarray, slots: Any, heads: Any, slot_of: dict, clocks, consumed, *,
+              sparse: bool, each=None, reads: np.ndarray | None = None) -> int:
     """Sum into `out` the pushes counted in `clocks` and not in `consumed`
     (per row of the control table), in the order of their keys, then rows;
     returns how many. `slots`, `heads`: one server's gradient slots and
-    their (push number, order key), by slot (arrays under MPI, lists in
-    the simulator); `slot_of`: row -> slot. A slot holds
-    its row's latest push, numbered with the clock that counts it (a GSSP
-    group server's clock counts the worker pushes a delta carries): a
-    counted push whose slot does not hold its number was never written
-    (rejected: NaN/Inf). Sparse slots are zeroed once taken."""
+    their heads (push number, order key, the version read, scale: `Head`),
+    by slot (arrays under MPI, lists in the simulator); `slot_of`: row ->
+    slot. A slot holds its row's latest push, numbered with the clock that
+    counts it (a GSSP group server's clock counts the worker pushes a delta
+    carries): a counted push whose slot does not hold its number was never
+    written (rejected: NaN/Inf). Sparse slots are zeroed once taken.
+    `each(row, head, push, read)`, where given (`heads` then `Head`s), is
+    what goes into the sum for each push (an async rule's: `reads`, the
+    slots of the parameters each push was read at, or None)."""
     written = []
     for row in np.flatnonzero(np.asarray(clocks) > np.asarray(consumed)):
         k = slot_of[int(row)]
-        number, key = heads[k]
+        number, key = heads[k][0], heads[k][1]
         if number == int(clocks[row]):   # else rejected: never written
             written.append((int(key), int(row), k))
     written.sort()
     summed = 0
-    for _, _, k in written:
+    for _, pusher, k in written:
+        push = slots[k]
+        if each is not None:
+            push = each(pusher, heads[k], push, None if reads is None else reads[k])
         if summed:
-            np.add(out, slots[k], out=out)
+            np.add(out, push, out=out)
         else:
-            np.copyto(out, slots[k])
+            np.copyto(out, push)
         summed += 1
         if sparse:
             slots[k] = 0
     if not summed:
         out[:] = 0
     return summed
+
+
+class Head(NamedTuple):
+    """What a push says of itself beside its data, in its slot's head: its
+    number (the clock that counts it), the key it is summed in the order of,
+    the version of this server's shard it was computed on (the server's
+    pushes applied when the worker read it) and the factor the worker scaled
+    it by (an async rule's tau and gradient)."""
+
+    number: int
+    key: int
+    version: int = 0
+    scale: float = 1.0
+
+
+HEAD = len(Head._fields)   # int64 cells of a head in an MPI window (the scale's bits in the last)
+
+
+def head_cells(heads: list[Head]) -> np.ndarray:
+    """Heads as an MPI window holds them (and a checkpoint keeps them): HEAD
+    int64 cells each, the scale's float64 bits last."""
+    cells = np.zeros((len(heads), HEAD), np.int64)
+    if heads:
+        cells[:, :3] = [h[:3] for h in heads]
+        cells[:, 3] = np.array([h.scale for h in heads], np.float64).view(np.int64)
+    return cells
+
+
+def heads_of(cells) -> list[Head]:
+    """The heads of `head_cells`' cells; cells of a number and a key only
+    (an older checkpoint's) are heads of version 0 and scale 1."""
+    cells = np.asarray(cells, np.int64)
+    if cells.shape[1] < HEAD:
+        return [Head(n, k) for n, k in cells[:, :2].tolist()]
+    scales = cells[:, 3].copy().view(np.float64).tolist()
+    return [Head(n, k, v, scale) for (n, k, v, _), scale in zip(cells.tolist(), scales)]
 
 
 class W(IntEnum):

@@ -97,7 +97,7 @@ def test_every_command_of_a_page_in_a_fresh_shell(page, tmp_path):
     for name in (".venv", "examples", "jobs"):
         (tmp_path / name).symlink_to(ROOT / name)
     started, failed = time.monotonic(), []
-    for page, command, accuracy in every_command([page]):
+    for _, command, accuracy in every_command([page]):
         if command in NOT_RUN:
             print(f"[  not run ] {page}: {command}  ({NOT_RUN[command]})")
             continue

@@ -105,7 +105,7 @@ def test_summarize_cli_writes_csv_and_markdown(runs, tmp_path):
         assert int(r["bytes_sent"]) == expected[r["run"]]["bytes_sent"]
     md = (tmp_path / "t.md").read_text().splitlines()
     assert md[0].startswith("| run | paradigm | S+G+W |") and "time to 50%" in md[0]
-    assert len(md) == 4 and md[2].startswith("| ssp | ssp | 1+0+4 | mlp on digits | slowdown 1,1,2,4 |")
+    assert len(md) == 4 and md[2].startswith("| ssp | ssp | 1+0+4 | 1 node | mlp on digits | slowdown 1,1,2,4 |")
     assert f"| {expected['bsp']['updates']} |" in md[3]
     assert "ssp" in p.stdout and "bsp" in p.stdout
 
@@ -119,7 +119,7 @@ def test_figures_are_written_and_readable(runs, tmp_path):
     clusters = 2   # heterogeneous and homogeneous: one column each
     # the accuracy figure grows by a legend row per run of a column (one run each here)
     expected = {"accuracy.png": (7.5 + 0.12, 6.5 * clusters), "staleness.png": (2.8, 3.6 * 2),
-                "time_to_target.png": (1.2 + 0.45 * 2, 6.5 * clusters),
+                "time_to_target.png": (1.2 + 0.5 * 2, 8 * clusters),
                 # two panels of 0.65 in a worker row, 4 workers
                 "timeline-ssp.png": (2.6 + 2 * 0.65 * 4, 13), "timeline-bsp.png": (2.6 + 2 * 0.65 * 4, 13)}
     for name, (h, w) in expected.items():

@@ -22,8 +22,9 @@ from mpips.paradigms.view import MODE_ASP, SLOT_MODE
 RANKS = 5   # 1 server, 3 workers, the evaluator (which takes part in every checkpoint)
 # BSP for the first 2% of the samples, then ASP: the checkpoint must keep the mode
 # 40 epochs: long enough that even an idle machine cannot finish before the kill lands
+# dc-adaptive: a checkpoint keeps its MS and the parameters each pending push was read at
 FLAGS = ("--paradigm", "syncswitch", "--switch-at", "0.02", "--epochs", "40", "--slowdown", "1,1,2",
-         "--checkpoint-every", "0.5", "--log-flush-seconds", "0.2", "--evaluator")
+         "--checkpoint-every", "0.5", "--log-flush-seconds", "0.2", "--evaluator", "--async-rule", "dc-adaptive")
 
 
 def _checkpoint_in_asp(run_dir) -> bool:
@@ -123,6 +124,11 @@ def test_a_killed_job_resumes_from_its_checkpoint_and_finishes(resumed):
     assert steps.tolist() == list(range(1, steps[-1] + 1))
     assert steps[0] == 1 and cut["step"] < steps[-1]
     assert log.summary()["final_accuracy"] is not None
+    # the async rule's rows: each ASP push once, at a step of its server, after its read
+    pushes = log.pushes
+    keys = set(zip(pushes["server"].tolist(), pushes["worker"].tolist(), pushes["clock"].tolist()))
+    assert len(pushes) and len(keys) == len(pushes) and (pushes["tau"] >= 0).all()
+    assert set(pushes["step"].tolist()) <= set(steps.tolist())
     # Sync-Switch's mode survived: one switch, before the cut, not again after it
     [switch] = log.events("switch")
     assert switch["to"] == "asp" and switch["clock"] <= min(cut["clocks"])

@@ -20,6 +20,9 @@ ORACLE = ("--iterations", "30", "--lr", "0.1", "--momentum", "0.9", "--seed", "3
     ("--paradigm", "vsgd", "--gate", "asp"),
     ("--paradigm", "syncswitch", "--switch-at", "0.5"),
     ("--paradigm", "gssp", "--groups", "1"),
+    # the async rules' heads and DC's second slot through the windows, at both of GSSP's levels
+    ("--paradigm", "asp", "--async-rule", "dc-adaptive"),
+    ("--paradigm", "gssp", "--groups", "1", "--async-rule", "dc"),
 ], ids=lambda f: "-".join(f[1::2]))
 def test_one_worker_is_sequential_sgd(tmp_path, flags):
     """Every paradigm's worker reads its own writes: with one worker each
@@ -37,6 +40,9 @@ def test_one_worker_is_sequential_sgd(tmp_path, flags):
     expected = uneven_sgd_oracle(config, np.full((30, 1), config.batch_size))
     diff = np.abs(log.final_params() - expected).max()
     assert diff < 1e-5, f"{flags}: one worker differs from sequential SGD by {diff}"
+    if "--async-rule" in flags:   # every push on its read: tau 0, no correction (GSSP: but rounding)
+        assert len(log.pushes) and (log.pushes["tau"] == 0).all()
+        assert (log.pushes["compensation"] <= 1e-6 * log.pushes["gradient"]).all()
 
 
 def test_bsp_round_takes_the_slowest_emulated_device_time(tmp_path):

@@ -223,7 +223,7 @@ def test_a_damaged_rank_file_is_named_within_seconds(finished_run, tmp_path, dam
     assert s["files"]["rank-1.h5"]["present"] == (damage != "delete")
     assert s["files"]["rank-2.h5"] == {"present": True, "problem": "",
                                        "rows": {"iterations": 40, "applies": 0, "evaluations": 0,
-                                                "events": 0, "exchanges": 0}}
+                                                "events": 0, "exchanges": 0, "pushes": 0}}
     start = time.monotonic()
     p = subprocess.run([sys.executable, "analysis/summarize.py", run], capture_output=True, text=True,
                        timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))

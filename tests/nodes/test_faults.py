@@ -89,6 +89,9 @@ def test_a_node_lost_mid_run_is_named_requeued_and_resumed_elsewhere(cluster, tm
     cluster.network.kill(cluster.network.node(victim))
     seconds = wait_until("lost node named", lambda: f"node(s) lost (no step starts there): {victim}"
                          in output(cluster, job), STALL + 60, lambda: cluster.describe(job))
+    # its ranks follow from run.h5 (a Python started by the job script: seconds under load)
+    wait_until("lost node's ranks named", lambda: f"ranks on {victim}: " in output(cluster, job), 60,
+               lambda: cluster.describe(job))
     out = output(cluster, job)
     assert f"ranks on {victim}: " in out and "worker" in out.split(f"ranks on {victim}: ")[1].split("\n")[0], out
     assert seconds < STALL, f"the job took {seconds:.0f} s to name the lost node"
@@ -114,7 +117,10 @@ def test_a_link_down_with_every_process_alive_is_named_and_the_logs_kept(cluster
     the server applied)."""
     stall = 30   # less than the cluster's SlurmdTimeout: the job names the node before Slurm does
     run = tmp_path / "run"
-    env = {**LONG, "MPIPS_STALL_TIMEOUT": str(stall), "MPIPS_RUN_DIR": run, "MPIPS_REQUEUE": "0"}
+    # mpirun's own keepalives (jobs/common.sh: about 40 s) would end the job too, without naming the
+    # rank: made longer here than the stall timeout and the polls around it, so that mpips' wait speaks
+    env = {**LONG, "MPIPS_STALL_TIMEOUT": str(stall), "MPIPS_RUN_DIR": run, "MPIPS_REQUEUE": "0",
+           "PRTE_MCA_oob_tcp_keepalive_time": "120"}
     job = cluster.submit(BSP, env=env, args=["-N", "3", "-n", "5", "--no-requeue"], cwd=tmp_path)
     wait_until("second epoch", lambda: "mpips: epoch  1" in output(cluster, job), 300, lambda: cluster.describe(job))
     by_node = RunLog(str(run)).by_node()

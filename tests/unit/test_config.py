@@ -43,6 +43,10 @@ def test_defaults_validate():
     ({"random_stragglers": "0.1:20"}, "random_stragglers", "rate:mean_iters:factor"),
     ({"nan_at": "x"}, "nan_at", "worker:iteration"),
     ({"fail_at": "1:-1"}, "fail_at", "iteration >= 0"),
+    ({"async_rule": "lr/tau"}, "async_rule", "allowed: none, staleness, delay-adaptive, dc, dc-adaptive"),
+    ({"dc_lambda": -0.1}, "dc_lambda", ">= 0"),
+    ({"dc_lambda0": "inf"}, "dc_lambda0", "finite"),
+    ({"dc_decay": 1.0}, "dc_decay", "[0.0, 1.0)"),
 ])
 def test_bad_values_name_the_field_and_what_is_allowed(overrides, field, allowed):
     with pytest.raises(ConfigError) as e:

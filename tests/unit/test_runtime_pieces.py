@@ -371,6 +371,7 @@ def test_a_simulated_stores_pending_pushes_come_back_from_a_copy():
     """The simulator's store keeps the ParameterStore protocol whole: a
     server's slots and heads as a checkpoint would copy and restore them."""
     from mpips.runtime.layout import Layout
+    from mpips.runtime.state import Head, heads_of
     from mpips.runtime.transport.local import LocalTransport, Network
     from mpips.runtime.transport.protocols import LevelSpec
 
@@ -384,8 +385,9 @@ def test_a_simulated_stores_pending_pushes_come_back_from_a_copy():
 
     transport.run({2: push}, 0.0)
     kept = server.pending()
-    assert kept["slots"][1].tolist() == [0, 1, 2, 3] and kept["heads"].tolist() == [[0, 0], [1, 7]]
+    assert kept["slots"][1].tolist() == [0, 1, 2, 3] and heads_of(kept["heads"]) == [Head(0, 0), Head(1, 7)]
+    # (an older checkpoint's heads: a number and a key only)
     server.restore_pending({"slots": np.zeros((2, 4), np.float32), "heads": np.zeros((2, 2), np.int64)})
     assert not server.pending()["slots"].any()
     server.restore_pending(kept)
-    assert server.pending()["heads"].tolist() == [[0, 0], [1, 7]]
+    assert heads_of(server.pending()["heads"]) == [Head(0, 0), Head(1, 7)]

@@ -16,6 +16,7 @@ from ...config import Config, ConfigError
 from ...io.log import DiskFull
 from ...io.rundir import RunDir
 from ...paradigms import make_paradigm
+from ...paradigms.async_rules import READING
 from ...paradigms.base import counted
 from ...training.data import load_dataset
 from ...training.models import build_model, check_model, model_label
@@ -78,8 +79,9 @@ def make_plan(config: Config, layout: Layout, run: RunDir, paradigm, samples: in
         iterations = config.iterations or max(1, int(np.ceil(config.epochs * epoch_iterations - 1e-9)))
     epochs = (total_samples / (epoch_iterations * paradigm.round_samples()) if total_samples
               else iterations / epoch_iterations)
+    reads = paradigm.asynchronous and config.async_rule in READING
     return Plan(config, layout, run, iterations, epoch_iterations, epochs, total_samples, num_params,
-                config.compressor != "none", loss_fn, samples)
+                config.compressor != "none", reads=reads, loss_fn=loss_fn, training_samples=samples)
 
 
 def too_short(plan: Plan) -> str:
@@ -162,7 +164,7 @@ def run(transport: Transport, plan: Plan, logs: dict, checkpointers: dict, flats
     clients = layout.group_server_ranks or layout.worker_ranks   # who pushes to the servers
     top = LevelSpec(members=tuple(range(layout.size)), servers=tuple(layout.server_ranks),
                     table_rows=layout.clients, slot_rows=tuple(range(layout.clients)))
-    handles = transport.level([top], n=plan.num_params, sparse=plan.sparse)
+    handles = transport.level([top], n=plan.num_params, sparse=plan.sparse, reads=plan.reads)
     contexts = {}
     for rank in transport.ranks:
         level = Level.of(handles[rank], tuple(clients), tuple(layout.server_ranks),

@@ -55,7 +55,7 @@ def two_levels(transport: Transport, contexts: dict, flats: dict, data) -> dict:
     specs = [LevelSpec(members=(layout.group_server_ranks[g], *(layout.worker_ranks[j] for j in members)),
                        servers=(layout.group_server_ranks[g],), table_rows=layout.workers,
                        slot_rows=tuple(members), level=1) for g, members in enumerate(groups)]
-    handles = transport.level(specs, n=plan.num_params, sparse=plan.sparse)
+    handles = transport.level(specs, n=plan.num_params, sparse=plan.sparse, reads=plan.reads)
     bodies = {}
     for rank, ctx in contexts.items():
         if ctx.role in (SERVER, EVALUATOR):
@@ -110,6 +110,8 @@ def start_group_server(up: Context, group: Context, server: GroupServer, flat: F
     # the window's zeros the GroupServer saw when it was made (the global
     # parameters would get the initial ones once more from every group).
     np.copyto(server.delta.base, group.store.shard)
+    if server.read is not None:   # its first delta builds on them too (version 0)
+        np.copyto(server.read, group.store.shard)
     group.store.publish()
     for j in range(group.layout.workers):
         if j not in server.members:

@@ -29,7 +29,7 @@ from ...paradigms.grouping import GroupSpeed, group_options
 from ...paradigms.view import SLOT_GROUP_SPEED_RANK
 from ...training.optim import server_rule
 from ..context import Context
-from ..state import W, publish_client_row
+from ..state import S, W, publish_client_row
 from .server import Server
 
 
@@ -62,10 +62,12 @@ class GroupDelta:
         self._payload = payload
         return payload
 
-    def rebase(self, pulled: np.ndarray | None = None) -> None:
+    def rebase(self, pulled: np.ndarray | None = None, landed: np.ndarray | None = None) -> None:
         """After sending `take()`'s payload: continue from `pulled` (global
         parameters holding every earlier payload) plus that payload and the
-        residual, or, with None, from the group's own copy."""
+        residual, or, with None, from the group's own copy. `landed`, if
+        given, gets `pulled` plus the payload: the global parameters once it
+        is applied, if nothing else lands first (an async rule's read)."""
         if pulled is not None:
             nxt = self._next
             np.copyto(nxt, pulled)
@@ -73,6 +75,8 @@ class GroupDelta:
                 self._payload.add_to(nxt)
             else:
                 nxt += self._payload
+            if landed is not None:
+                np.copyto(landed, nxt)
             if self.compressor.sparse:
                 nxt += self.compressor.residual
             np.copyto(self.params, nxt)  # one copy: readers of params see fewer torn states
@@ -102,6 +106,13 @@ class GroupServer(Server):
         self.speed_rank = speed_rank
         self.delta = GroupDelta(ctx.store.shard, make_compressor(ctx.config, stream=ctx.layout.workers + group))
         self.pulled = np.empty_like(ctx.store.shard)
+        # The global parameters its next delta builds on, as the global
+        # servers count them (their pushes applied) and, for a DC rule, as
+        # they are: an async rule's version and read of its next push
+        self.read_versions = np.zeros(up.table.servers, np.int64)
+        self.read = np.empty_like(ctx.store.shard) if up.store.reads else None
+        self._version_cells = [up.table.server_offset(s, S.PUSHES) for s in range(up.table.servers)] \
+            if ctx.config.async_rule != "none" else None
         self.neg = np.empty_like(ctx.store.shard)
         self.since = 0              # worker pushes applied since the last exchange
         self.forwarded = 0          # worker pushes whose progress went up
@@ -149,7 +160,8 @@ class GroupServer(Server):
                 "compressor": compressor.state(),
                 "since": self.since, "forwarded": self.forwarded, "exchanges": self.exchanges,
                 "flushed_epochs": self.flushed_epochs, "exchange_times": list(self.exchange_times),
-                "sent_final": self.sent_final,
+                "sent_final": self.sent_final, "read_versions": self.read_versions.copy(),
+                "read": None if self.read is None else self.read.copy(),
                 "speed_rank": self.speed_rank, "speed": self.speed.state()}
 
     def load_state(self, state: dict) -> None:
@@ -163,6 +175,10 @@ class GroupServer(Server):
         self.sent_final = bool(state["sent_final"])
         self.speed_rank = int(state["speed_rank"])
         self.speed.load_state(state["speed"])
+        if "read_versions" in state:   # (older checkpoints: none)
+            self.read_versions = np.asarray(state["read_versions"], dtype=np.int64)
+            if self.read is not None and state["read"] is not None:
+                self.read[:] = state["read"]
 
     def apply(self, view, waited: float) -> None:
         before = self.pushes
@@ -191,13 +207,17 @@ class GroupServer(Server):
         # The row first, then the pull: if every earlier delta is applied,
         # the parameters read after hold them all.
         synced = up.table.view(snap, ctx.now()).applied[self.g] >= self.forwarded
+        at_pull = None   # the global servers' counts of the parameters pulled (an async rule's)
         if synced:
             up.store.pull(self.pulled)
+            if self._version_cells is not None:
+                at_pull = up.table.read_cells(self._version_cells).astype(np.int64)
         payload = self.delta.take(flush=flush)
         # A final exchange with no new worker push carries only the compressor's
         # residual: it counts as one forwarded push, so the global servers apply it.
         counted = self.since or int(final and compressor.sparse)
-        slot = {"row": self.g, "number": self.forwarded + counted}   # the row's CLOCK after it
+        slot = {"row": self.g, "number": self.forwarded + counted,   # the row's CLOCK after it
+                "versions": self.read_versions, "read": self.read}
         if isinstance(payload, SparseGrad):
             up.store.push_sparse(payload.indices, -payload.values, **slot)
             sent = payload.nbytes
@@ -205,7 +225,9 @@ class GroupServer(Server):
             np.negative(payload, out=self.neg)
             up.store.push(self.neg, **slot)
             sent = 4 * payload.size
-        self.delta.rebase(self.pulled if synced else None)
+        self.delta.rebase(self.pulled if synced else None, landed=self.read if synced else None)
+        if at_pull is not None:   # the next delta builds on the pulled parameters with this one applied
+            self.read_versions = at_pull + counted
         if synced:
             ctx.store.publish()
         pushes, self.since = self.since, 0

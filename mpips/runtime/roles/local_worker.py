@@ -50,6 +50,9 @@ class LocalWorker(Worker):
                                      flush=last or any(b.flush for b in batches))
         return float(np.mean(losses)), seconds, slept, overrun, pushed
 
+    def pulled_params(self) -> np.ndarray:
+        return self.pulled   # (host_params took the local steps)
+
     def state(self) -> dict:
         return {**super().state(), "inner": self.inner.state_dict(), "local_step": self.local_step}
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...paradigms.async_rules import AsyncRule, Ruled
 from ...paradigms.value_staleness import UpdateNormEMA
 from ..context import Context
 from ..state import S
@@ -30,6 +31,11 @@ class Server:
         self.path = 0.0
         self.norm_ema = UpdateNormEMA(NORM_EMA_BETA)
         self.evaluator = evaluator          # server 0 evaluates inline (no --evaluator rank)
+        cfg = ctx.config
+        # each push's rule where pushes are applied alone (the clients: the rows that push here)
+        self.async_rule = AsyncRule(cfg.async_rule if ctx.paradigm.asynchronous else "none", len(ctx.store.rows),
+                                    dc_lambda=cfg.dc_lambda, dc_lambda0=cfg.dc_lambda0, dc_decay=cfg.dc_decay)
+        self._ruled: list[tuple[int, int, Ruled]] = []   # (row, number, what the rule did) of this step
         self.next_eval = ctx.config.eval_every
         self._row = np.zeros(_NS + ctx.table.workers)   # what publish() writes
 
@@ -125,7 +131,8 @@ class Server:
             self.skip(target, rejected, new)
             return
         self.rejected = rejected
-        ctx.store.take_gradient(self.grad, target, self.consumed)
+        ruled = self.async_rule.active and not ctx.paradigm.synchronous(view)
+        ctx.store.take_gradient(self.grad, target, self.consumed, each=self.rule_push if ruled else None)
         if take is not None and take.scale != 1.0:
             self.grad *= take.scale
         rule = self.rule
@@ -149,7 +156,24 @@ class Server:
         ctx.log.row("applies", server=ctx.rank, time=ctx.now(), wait=waited, apply=ctx.clock.perf_counter() - t,
                     pushes=new, total_pushes=self.pushes, step=self.steps, update_norm=norm, lr=lr,
                     momentum=rule.momentum)
+        self.log_ruled()
         self.maybe_evaluate()
+
+    def rule_push(self, row: int, head, push: np.ndarray, read) -> np.ndarray:
+        """One push as the async rule makes it (state.sum_slots' `each`), its
+        tau the pushes this server applied since the version it was read at."""
+        out, ruled = self.async_rule.apply(push, tau=self.pushes - head.version, scale=head.scale,
+                                           now=self.ctx.store.shard, read=read)
+        self._ruled.append((row, head.number, ruled))
+        return out
+
+    def log_ruled(self) -> None:
+        """A `pushes` row for each push the async rule treated in this step."""
+        ctx = self.ctx
+        for row, number, r in self._ruled:
+            ctx.log.row("pushes", server=ctx.rank, step=self.steps, worker=row, clock=number, tau=r.tau,
+                        factor=r.factor, gradient=r.gradient, compensation=r.compensation)
+        self._ruled.clear()
 
     def drop(self, view, take) -> None:
         """Consume the pushes `take` drops, too late for their round (BSP with
@@ -192,7 +216,7 @@ class Server:
                  "optimizer": self.rule.state(), "consumed": self.consumed.copy(),
                  "rejected": self.rejected.copy(), "dropped": self.dropped.copy(), "steps": self.steps,
                  "path": self.path, "norm_ema": [self.norm_ema.value, self.norm_ema.count],
-                 "next_eval": self.next_eval}
+                 "next_eval": self.next_eval, "async_rule": self.async_rule.state()}
         if self.evaluator is not None:
             state["evaluator"] = self.evaluator.state()
         return state
@@ -210,6 +234,7 @@ class Server:
         self.steps, self.path = int(state["steps"]), float(state["path"])
         self.norm_ema.value, self.norm_ema.count = float(state["norm_ema"][0]), int(state["norm_ema"][1])
         self.next_eval = float(state["next_eval"])
+        self.async_rule.load_state(state.get("async_rule", {}))   # older checkpoints: none
         if self.evaluator is not None:
             self.evaluator.load_state(state["evaluator"])
 

@@ -31,6 +31,12 @@ class Worker:
         # parameters as pulled / as now (exact distance)
         self._read: np.ndarray | None = None
         self._now: np.ndarray | None = None
+        # per server, the pushes applied to the parameters last pulled (sent
+        # with the push: an async rule's tau), where a rule treats pushes applied alone
+        self.versions: np.ndarray | None = None
+        ruled = ctx.paradigm.asynchronous and cfg.async_rule != "none"
+        self._version_cells = [ctx.table.server_offset(s, S.PUSHES) for s in range(ctx.table.servers)] \
+            if ruled else None
         # what this worker has published in its control row
         self.clock = 0
         self.done = False
@@ -139,6 +145,10 @@ class Worker:
         """The parameters; the updates and path length it holds at least."""
         ctx, flat = self.ctx, self.flat
         ctx.store.pull(flat.host_params)
+        if self._version_cells is not None:
+            # read after the pull: a server publishes its count after the step
+            # it counts (in the simulator the two are one instant: exact)
+            self.versions = ctx.table.read_cells(self._version_cells).astype(np.int64)
         if ctx.paradigm.wants_exact_distance:
             self._read = flat.host_params.copy()
         return view.updates, view.path_length
@@ -156,7 +166,8 @@ class Worker:
 
     def _send(self, it: int, batch, view, at_push, scale: float) -> int | None:
         """The gradient scaled and pushed, compressed, into this worker's slot; the
-        payload's bytes, or None where it held a NaN or an Inf (rejected, never sent)."""
+        bytes sent (the payload, and DC's read parameters), or None where it
+        held a NaN or an Inf (rejected, never sent)."""
         ctx, grad = self.ctx, self.flat.host_grads
         if scale != 1.0:
             grad *= scale
@@ -175,18 +186,21 @@ class Worker:
         self.samples += batch.size
         # numbered with the clock that will count it; servers sum by where the
         # batch starts in the global stream (-1 under a per-worker budget: by worker)
-        slot = {"row": self.i, "number": self.clock + 1, "key": batch.start}
+        slot = {"row": self.i, "number": self.clock + 1, "key": batch.start, "versions": self.versions,
+                "scale": scale, "read": self.pulled_params() if ctx.store.reads else None}
         payload = self.compressor.compress(grad)
         if batch.flush and self.compressor.sparse:
             # Error feedback: what top-k held back goes out in full at every
             # epoch end and with the last push (a dense one holds nothing back).
             payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
             payload = payload + self.compressor.flush()
+        # DC's parameters read (an async rule's) travel with the push: its bytes too
+        read_bytes = 0 if slot["read"] is None else self.dense_bytes
         if isinstance(payload, np.ndarray):
             ctx.store.push(payload, **slot)
-            return self.dense_bytes
+            return self.dense_bytes + read_bytes
         ctx.store.push_sparse(payload.indices, payload.values, **slot)
-        return int(payload.nbytes)
+        return int(payload.nbytes) + read_bytes
 
     def _tick(self, batch, busy: float, compute: float) -> None:
         """Count the push and publish this worker's row."""
@@ -205,6 +219,10 @@ class Worker:
         gradient of `batch` (runtime/roles/local_worker.py: local steps); (loss,
         seconds, of them slept, overrun, the batch the push stands for)."""
         return (*self.emulated_compute(it, batch), batch)
+
+    def pulled_params(self) -> np.ndarray:
+        """The parameters the push was computed on, as pulled."""
+        return self.flat.host_params
 
     def emulated_compute(self, it: int, batch) -> tuple[float, float, float, bool]:
         """The real forward/backward, then the emulated device's time slept

@@ -29,7 +29,7 @@ import numpy as np
 from ...node_links import NodeLinks
 from ...paradigms.gates import furthest_behind
 from ..layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
-from ..state import SlotRows, TableLayout, TableView, shard_bounds, sum_slots
+from ..state import Head, SlotRows, TableLayout, TableView, head_cells, heads_of, shard_bounds, sum_slots
 from .protocols import LevelHandles
 from .scheduler import Scheduler
 
@@ -140,16 +140,18 @@ def move(dst: np.ndarray, where, src: np.ndarray) -> None:
 
 class SharedParameters:
     """The arrays behind every handle: per server its shard, one gradient
-    slot per client row and each slot's (push number, order key)."""
+    slot per client row and each slot's head (state.Head); with `reads`,
+    one more slot per row for the parameters its push was computed on."""
 
-    def __init__(self, n: int, servers: int, rows: list[int]):
+    def __init__(self, n: int, servers: int, rows: list[int], reads: bool = False):
         self.n = n
         self.bounds = shard_bounds(n, servers)
         self.rows = list(rows)
         self.shards = [np.zeros(hi - lo, np.float32) for lo, hi in self.bounds]
         self.slots = [np.zeros((len(self.rows), hi - lo), np.float32) for lo, hi in self.bounds]
-        # per server and slot: (push number, order key); tuples, not an array: a push sets one
-        self.heads = [[(0, 0)] * len(self.rows) for _ in self.bounds]
+        self.reads = [np.zeros_like(slots) for slots in self.slots] if reads else None
+        # per server and slot: its head; tuples, not an array: a push sets one
+        self.heads = [[Head(0, 0)] * len(self.rows) for _ in self.bounds]
 
 
 class LocalParameterStore(SlotRows):
@@ -180,36 +182,52 @@ class LocalParameterStore(SlotRows):
         for shard, (lo, hi) in zip(self._shared.shards, self.bounds):
             move(out, slice(lo, hi), shard)
 
-    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
+    @property
+    def reads(self) -> bool:
+        return self._shared.reads is not None
+
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0, versions=None,
+             scale: float = 1.0, read: np.ndarray | None = None) -> None:
         k = self.slot(row)
-        self._scheduler.sleep(self._link.seconds(4 * self.n))
+        self._scheduler.sleep(self._link.seconds(4 * self.n * (1 if read is None else 2)))
         for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
             move(slots, k, grad[lo:hi])
-        self._announce(k, number, key)
+        self._put_read(k, read)
+        self._announce(k, number, key, versions, scale)
 
     def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
-                    key: int = 0) -> None:
+                    key: int = 0, versions=None, scale: float = 1.0, read: np.ndarray | None = None) -> None:
         if not self.sparse:
             raise RuntimeError("push_sparse into a store made without sparse=True")
         k = self.slot(row)
-        self._scheduler.sleep(self._link.seconds(8 * len(indices)))   # index and value
+        # index and value, and the read parameters
+        self._scheduler.sleep(self._link.seconds(8 * len(indices) + (0 if read is None else 4 * self.n)))
         for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
             move(slots, (k, indices[a:b] - lo), values[a:b])
-        self._announce(k, number, key)
+        self._put_read(k, read)
+        self._announce(k, number, key, versions, scale)
 
-    def _announce(self, k: int, number: int, key: int) -> None:
-        for heads in self._shared.heads:
-            heads[k] = (number, key)
+    def _put_read(self, k: int, read: np.ndarray | None) -> None:
+        if read is not None:
+            assert self._shared.reads is not None, "a read pushed into a store made without reads"
+            for reads, (lo, hi) in zip(self._shared.reads, self.bounds):
+                move(reads, k, read[lo:hi])
+
+    def _announce(self, k: int, number: int, key: int, versions, scale: float) -> None:
+        for s, heads in enumerate(self._shared.heads):
+            heads[k] = Head(number, key, 0 if versions is None else int(versions[s]), scale)
         self._scheduler.changed(self._source)
 
-    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
+    def take_gradient(self, out: np.ndarray, clocks, consumed, each=None) -> int:
         if not self.count:
             return 0
         s = self.shard_index
         assert s is not None   # (a shard's count is 0 on a client)
+        reads = self._shared.reads
         taken = sum_slots(out, self._shared.slots[s], self._shared.heads[s], self._slot_of,
-                          clocks, consumed, sparse=self.sparse)
+                          clocks, consumed, sparse=self.sparse, each=each,
+                          reads=None if reads is None else reads[s])
         self._scheduler.sleep(self._link.apply_seconds(4 * self.count * taken, taken))
         return taken
 
@@ -217,17 +235,23 @@ class LocalParameterStore(SlotRows):
         self._scheduler.changed(self._source)
 
     def pending(self) -> dict:
-        """A copy of this server's slots and their (push number, key) heads,
-        as ParameterWindows.pending (a checkpoint's; a simulation takes none)."""
+        """A copy of this server's slots, their heads and (a store with
+        `reads`) the read parameters, as ParameterWindows.pending (a
+        checkpoint's; a simulation takes none)."""
         s = self.shard_index
         assert s is not None   # (a server's)
-        return {"slots": self._shared.slots[s].copy(), "heads": np.array(self._shared.heads[s], np.int64)}
+        state = {"slots": self._shared.slots[s].copy(), "heads": head_cells(self._shared.heads[s])}
+        if self._shared.reads is not None:
+            state["reads"] = self._shared.reads[s].copy()
+        return state
 
     def restore_pending(self, state: dict) -> None:
         s = self.shard_index
         assert s is not None
         self._shared.slots[s][:] = state["slots"]
-        self._shared.heads[s] = [(int(n), int(k)) for n, k in state["heads"]]
+        self._shared.heads[s] = heads_of(state["heads"])
+        if self._shared.reads is not None:
+            self._shared.reads[s][:] = state["reads"]
 
 
 class SharedTable:
@@ -355,10 +379,10 @@ class LocalTransport:
         self.scheduler = self.clock = Scheduler()
         self.ranks = list(range(layout.size))
 
-    def level(self, specs, *, n: int, sparse: bool) -> dict:
+    def level(self, specs, *, n: int, sparse: bool, reads: bool = False) -> dict:
         handles = {}
         for spec in specs:
-            shared = SharedParameters(n, len(spec.servers), spec.slot_rows)
+            shared = SharedParameters(n, len(spec.servers), spec.slot_rows, reads)
             table = LocalControlTable.shared(spec.table_rows, len(spec.servers))
             for rank in spec.members:
                 role, index = self.layout.role(rank)

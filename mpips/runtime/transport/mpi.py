@@ -22,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ...config import ConfigError
-from ..state import SlotRows, TableLayout, shard_bounds, sum_slots
+from ..state import HEAD, SlotRows, TableLayout, head_cells, heads_of, shard_bounds, sum_slots
 from .protocols import EveryRank, LevelHandles, LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
 
@@ -211,9 +211,10 @@ class ParameterWindows(SlotRows, _Windows):
     Collective over `comm`: every rank constructs it; only ranks in
     `server_ranks` hold memory. Each server holds one gradient slot per
     client row (`clients`: a count, or the row numbers that push, in order)
-    and a push number per slot. A client `push`es into its slot with `Put`
+    and a head per slot (state.Head). A client `push`es into its slot with `Put`
     (no accumulate, no lock shared with other clients), then writes the
-    slot's push number and order key; a server `take_gradient`s by summing
+    slot's head (push number, order key, and an async rule's version read
+    and scale); a server `take_gradient`s by summing
     the slots that hold unapplied pushes in the order of their keys (a
     worker's key is where its batch starts in the global sample stream:
     which worker claimed which batch of a BSP round depends on timing, the
@@ -225,13 +226,16 @@ class ParameterWindows(SlotRows, _Windows):
     paradigms, and memory stays at one shard per client per server.
 
     `sparse`: clients may `push_sparse` (top-k): a server then zeroes each
-    slot after taking it, so a sparse `Put` lands on zeros.
+    slot after taking it, so a sparse `Put` lands on zeros. `reads`: one
+    more slot per client for the parameters its push was computed on (the
+    DC rules' w_read; docs/paradigms.md, "Update rules").
     """
 
-    _wins = ("_param_win", "_grad_win", "_head_win")
+    _wins = ("_param_win", "_grad_win", "_read_win", "_head_win")
 
     def __init__(self, comm: MPI.Intracomm, server_ranks: list[int], n: int, *,
-                 clients=None, sparse: bool = False, world_server_ranks=None, watchdog: Unwatched = UNWATCHED):
+                 clients=None, sparse: bool = False, reads: bool = False, world_server_ranks=None,
+                 watchdog: Unwatched = UNWATCHED):
         self.comm = comm
         self._watch = watchdog
         self.server_ranks = list(server_ranks)
@@ -253,12 +257,19 @@ class ParameterWindows(SlotRows, _Windows):
         self._param_win, self.shard = _allocate(comm, count, np.float32)
         self._grad_win, grad_mem = _allocate(comm, slots * count, np.float32)
         self._slots = grad_mem.reshape(slots, count)
-        self._head_win, heads = _allocate(comm, 2 * slots, np.int64)
-        self._heads = heads.reshape(slots, 2)    # per slot: push number, order key
+        # with `reads`, per slot the parameters its push was computed on (an async rule's DC)
+        self._read_win, read_mem = _allocate(comm, (slots if reads else 0) * count, np.float32)
+        self._reads = read_mem.reshape(slots, count) if reads else None
+        self._head_win, heads = _allocate(comm, HEAD * slots, np.int64)
+        self._heads = heads.reshape(slots, HEAD)    # per slot: state.Head, its scale's bits last
         comm.Barrier()  # every slot is zeroed before anyone can push into it
-        for win in (self._param_win, self._grad_win, self._head_win):
-            win.Lock_all()
-        self._head = np.zeros(2, np.int64)
+        for name in self._wins:
+            getattr(self, name).Lock_all()
+        self._head = np.zeros((len(self.server_ranks), HEAD), np.int64)
+
+    @property
+    def reads(self) -> bool:
+        return self._reads is not None
 
     # worker side ------------------------------------------------------------
     def pull(self, out: np.ndarray) -> None:
@@ -273,21 +284,34 @@ class ParameterWindows(SlotRows, _Windows):
     # an evaluation's read: a Get like any pull (the simulator's takes no virtual time)
     observe = pull
 
-    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None:
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0, versions=None,
+             scale: float = 1.0, read: np.ndarray | None = None) -> None:
         """Put `grad` (float32, length n) into row's slot on every server, as
         its push `number` (the row's clock once this push is counted), to be
-        summed in the order of `key`, then of rows. The slot must be free
-        (every server took the row's earlier pushes)."""
+        summed in the order of `key`, then of rows; `versions` (per server,
+        the pushes it had applied to the parameters the push was computed
+        on), `scale` (the factor the worker scaled it by) and `read` (those
+        parameters, into a store made with `reads`) for an async rule. The
+        slot must be free (every server took the row's earlier pushes)."""
         k = self.slot(row)
         self._watch.begin("a push of a gradient", self._servers)
         for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
             if hi > lo:
                 self._grad_win.Put([grad[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
         self._grad_win.Flush_all()
-        self._announce(k, number, key)
+        self._put_read(k, read)
+        self._announce(k, number, key, versions, scale)
+
+    def _put_read(self, k: int, read: np.ndarray | None) -> None:
+        if read is None:
+            return
+        for rank, (lo, hi) in zip(self.server_ranks, self.bounds):
+            if hi > lo:
+                self._read_win.Put([read[lo:hi], MPI.FLOAT], rank, (k * (hi - lo), hi - lo, MPI.FLOAT))
+        self._read_win.Flush_all()
 
     def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
-                    key: int = 0) -> None:
+                    key: int = 0, versions=None, scale: float = 1.0, read: np.ndarray | None = None) -> None:
         """Put values at global `indices` (sorted, int) only, into a slot of
         zeros (`sparse=True`): an indexed target datatype sends the k values,
         not a dense vector of zeros."""
@@ -306,27 +330,36 @@ class ParameterWindows(SlotRows, _Windows):
                     self._grad_win.Flush(rank)
                 finally:
                     dtype.Free()
-        self._announce(k, number, key)
+        self._put_read(k, read)
+        self._announce(k, number, key, versions, scale)
 
-    def _announce(self, k: int, number: int, key: int) -> None:
-        """The slot's push number and key, after its data is complete at
-        every server (a server sums a slot only when its number is the row's clock)."""
-        self._head[:] = number, key
-        for rank in self.server_ranks:
-            self._head_win.Put([self._head, MPI.INT64_T], rank, (2 * k, 2, MPI.INT64_T))
+    def _announce(self, k: int, number: int, key: int, versions, scale: float) -> None:
+        """The slot's head, after its data is complete at every server (a
+        server sums a slot only when its number is the row's clock); each
+        server's its own version."""
+        heads = self._head   # one per server: the Puts are in flight together
+        heads[:, 0], heads[:, 1] = number, key
+        heads[:, 2] = 0 if versions is None else versions
+        heads[:, 3] = np.array([scale], np.float64).view(np.int64)[0]
+        for s, rank in enumerate(self.server_ranks):
+            self._head_win.Put([heads[s], MPI.INT64_T], rank, (HEAD * k, HEAD, MPI.INT64_T))
         self._head_win.Flush_all()
         self._watch.end()   # (begun by the push)
 
     # server side ------------------------------------------------------------
-    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int:
+    def take_gradient(self, out: np.ndarray, clocks, consumed, each=None) -> int:
         """state.sum_slots of this server's slots; called with the clocks
         read after the pushes were flushed (a client ticks after pushing)."""
         if not self.count:
             return 0
         self._head_win.Sync()
         self._grad_win.Sync()
-        summed = sum_slots(out, self._slots, self._heads, self._slot_of, clocks, consumed,
-                           sparse=self.sparse)
+        heads: Any = self._heads
+        if each is not None:   # the heads as state.Head, their scales from their bits
+            self._read_win.Sync()
+            heads = heads_of(self._heads)
+        summed = sum_slots(out, self._slots, heads, self._slot_of, clocks, consumed,
+                           sparse=self.sparse, each=each, reads=self._reads)
         if self.sparse:
             self._grad_win.Sync()
         return summed
@@ -336,22 +369,31 @@ class ParameterWindows(SlotRows, _Windows):
         self._param_win.Sync()
 
     def pending(self) -> dict:
-        """A copy of the slots and their push numbers (a server's slots hold
-        what was pushed to it and not taken yet). For a checkpoint, taken
-        while no push is in flight."""
-        self._grad_win.Sync()
-        self._head_win.Sync()
-        return {"slots": self._slots.copy(), "heads": self._heads.copy()}
+        """A copy of the slots and their heads (a server's slots hold what
+        was pushed to it and not taken yet), and of the read parameters
+        with them (a store with `reads`). For a checkpoint, taken while no
+        push is in flight."""
+        for name in self._wins:
+            getattr(self, name).Sync()
+        state = {"slots": self._slots.copy(), "heads": self._heads.copy()}
+        if self._reads is not None:
+            state["reads"] = self._reads.copy()
+        return state
 
     def restore_pending(self, state: dict) -> None:
         """Put back `pending()` of a checkpoint, before anyone pushes."""
-        if not isinstance(state, dict) or set(state) != {"slots", "heads"}:
+        if not isinstance(state, dict) or not {"slots", "heads"} <= set(state) <= {"slots", "heads", "reads"}:
             raise ValueError("the checkpoint's pending gradient is not per-worker slots "
                              "(written by an mpips before exact pushes): start the run afresh")
+        if ("reads" in state) != (self._reads is not None):
+            raise ValueError("the checkpoint was made with another async_rule (DC's pushes carry the "
+                             "parameters they were read at): resume with the one it was made with")
         self._slots[:] = state["slots"]
-        self._heads[:] = state["heads"]
-        self._grad_win.Sync()
-        self._head_win.Sync()
+        self._heads[:] = head_cells(heads_of(state["heads"]))
+        if self._reads is not None:
+            self._reads[:] = state["reads"]
+        for name in self._wins:
+            getattr(self, name).Sync()
 
 
 class ControlWindow(TableLayout, _Windows):
@@ -572,10 +614,11 @@ class MPITransport:
             return values, mine
         return self.blocking("set-up (the ranks of each node)", exchange)
 
-    def level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict:
-        return self.blocking("set-up (the windows' allocation)", lambda: self._level(specs, n=n, sparse=sparse))
+    def level(self, specs: list[LevelSpec], *, n: int, sparse: bool, reads: bool = False) -> dict:
+        return self.blocking("set-up (the windows' allocation)",
+                             lambda: self._level(specs, n=n, sparse=sparse, reads=reads))
 
-    def _level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict:
+    def _level(self, specs: list[LevelSpec], *, n: int, sparse: bool, reads: bool) -> dict:
         rank = self.rank
         mine = [k for k, spec in enumerate(specs) if rank in spec.members]
         if len(specs) == 1 and len(specs[0].members) == self.size:
@@ -589,7 +632,7 @@ class MPITransport:
             self._made.append(comm)
         spec = specs[mine[0]]
         local = [spec.members.index(r) for r in spec.servers]
-        store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse,
+        store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse, reads=reads,
                                  world_server_ranks=spec.servers, watchdog=self.watchdog)
         table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers), world_home=spec.servers[0],
                               watchdog=self.watchdog)

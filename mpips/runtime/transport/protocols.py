@@ -27,16 +27,24 @@ class ParameterStore(Protocol):
     shard: np.ndarray                 # this server's shard (empty on a client)
     world_server_ranks: list[int]     # for messages
 
+    @property
+    def reads(self) -> bool: ...      # a slot per client for the parameters its push was read at
+
     def pull(self, out: np.ndarray) -> None: ...
 
     def observe(self, out: np.ndarray) -> None: ...   # an evaluation's read
 
-    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0) -> None: ...
+    # versions: per server, the pushes it had applied to what the push was
+    # computed on; scale: the client's factor on it; read: what it was
+    # computed on (a store with `reads`): an async rule's (state.Head)
+    def push(self, grad: np.ndarray, *, row: int, number: int, key: int = 0, versions=None,
+             scale: float = 1.0, read: np.ndarray | None = None) -> None: ...
 
     def push_sparse(self, indices: np.ndarray, values: np.ndarray, *, row: int, number: int,
-                    key: int = 0) -> None: ...
+                    key: int = 0, versions=None, scale: float = 1.0, read: np.ndarray | None = None) -> None: ...
 
-    def take_gradient(self, out: np.ndarray, clocks, consumed) -> int: ...
+    # each: an async rule's transform of every push (state.sum_slots)
+    def take_gradient(self, out: np.ndarray, clocks, consumed, each=None) -> int: ...
 
     def publish(self) -> None: ...
 
@@ -132,7 +140,8 @@ class Transport(Protocol):
     @property
     def clock(self) -> Clock: ...   # (read-only: each transport's own kind of clock)
 
-    def level(self, specs: list[LevelSpec], *, n: int, sparse: bool) -> dict[int, LevelHandles]:
+    def level(self, specs: list[LevelSpec], *, n: int, sparse: bool,
+              reads: bool = False) -> dict[int, LevelHandles]:
         """Collective: (store, table) of `n` parameters for each of `ranks`
         that is a member of one of the (disjoint) `specs`."""
 

@@ -42,6 +42,41 @@ def wait(cond, what: str, timeout: float = 60.0) -> None:
 
 
 @pytest.mark.mpi(min_size=3)
+def test_a_push_s_head_and_read_reach_each_server_for_an_async_rule():
+    """An async rule's push through the windows (state.Head): each of two
+    servers gets its own version, the push's scale and the parameters it was
+    read at, beside the push itself, and sums what the rule makes of it."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    servers, workers = 2, size - 2
+    store = ParameterStore(comm, [0, 1], N, clients=workers, reads=True)
+    if rank >= servers:
+        row = rank - servers
+        store.push(push_vector(row, 1), row=row, number=1, key=row, versions=[10 + row, 20 + row],
+                   scale=0.25 * (row + 1), read=push_vector(row, 2))
+    comm.Barrier()
+    if store.shard_index is not None:
+        s = store.shard_index
+        lo, hi = store.bounds[s]
+        seen = []
+
+        def each(row, head, push, read):
+            seen.append((row, head.number, head.key, head.version, head.scale))
+            np.testing.assert_array_equal(read, push_vector(row, 2)[lo:hi])
+            return push * np.float32(2)
+
+        out = np.empty(store.count, np.float32)
+        assert store.take_gradient(out, np.ones(workers), np.zeros(workers), each=each) == workers
+        assert seen == [(j, 1, j, 10 * (s + 1) + j, 0.25 * (j + 1)) for j in range(workers)]
+        np.testing.assert_array_equal(out, row_order_sum([push_vector(j, 1)[lo:hi] * np.float32(2)
+                                                          for j in range(workers)]))
+    comm.Barrier()
+    store.free()
+
+
+@pytest.mark.mpi(min_size=3)
 @pytest.mark.parametrize("servers", [1, 2])
 def test_pushes_sum_in_row_order_whatever_the_arrival_order(servers):
     """Workers push one float vector each, in a different order each time;

@@ -1,0 +1,33 @@
+"""benchmarks/async_scale.py's table: each entry over its own seeds against
+BSP over the same seeds, on runs made by hand (a section gathers runs of
+several calls: more seeds for a few entries)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import async_scale  # noqa: E402
+
+
+def run(final, last=None, t=None):
+    return {"final": final, "best": final, "last": final if last is None else last, "time_to_target": t,
+            "wall": 10.0, "mean_tau": None, "mean_factor": None, "mean_staleness": 0.0}
+
+
+def test_an_entry_is_compared_with_bsp_on_its_own_seeds():
+    section = {"runs": {
+        "bsp": {"0": run(0.90, t=10.0), "1": run(0.94, t=20.0), "2": run(0.92, t=30.0)},
+        "asp:async_rule=dc:lr=0.05": {"0": run(0.88, last=0.86, t=15.0)},
+        "asp:async_rule=none:lr=0.05": {"0": run(0.60), "1": run(0.70), "2": {"failed": True}},
+    }}
+    rows = {r["entry"]: r for r in async_scale.rows(section)}
+    dc, none = rows["asp:async_rule=dc:lr=0.05"], rows["asp:async_rule=none:lr=0.05"]
+    assert dc["final_vs_bsp"] == pytest.approx(-0.02) and dc["last_vs_bsp"] == pytest.approx(-0.04)
+    assert dc["time_vs_bsp"] == pytest.approx(1.5) and dc["async_rule"] == "dc" and dc["seeds"] == ["0"]
+    # seeds 0 and 1 (2 failed): BSP's mean over those two
+    assert none["final"] == pytest.approx(0.65) and none["final_vs_bsp"] == pytest.approx(0.65 - 0.92)
+    assert none["failed"] == 1 and (none["final_min"], none["final_max"]) == (0.60, 0.70)
+    assert none["reached"] == 0 and none["time_vs_bsp"] is None
