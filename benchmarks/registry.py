@@ -65,6 +65,12 @@ BENCHMARKS = (
               "network namespaces, Open MPI and MPICH, with and without the servers' progress thread",
               (Goal("a job across nodes within 1.5x of the same job on one node over TCP (updates/s, every row)",
                     ("rows", "*", "slowdown_vs_one_node_tcp"), "<=", 1.5, "max"),)),
+    Benchmark("links", "links.py",
+              "pull + push of a BSP job (1 server + 2 workers) across 3 nodes, the workers' links shaped to 1 and "
+              "10 Gbit/s and unshaped, against the link's limit (2 x bytes / rate) and the simulator's prediction "
+              "with its per-node network model (--sim-nodes)",
+              (Goal("the simulator's pull + push within 10% of the measured (every shaped link)",
+                    ("rows", "fitted=False", "simulated_error"), "<=", 0.10, "max"),)),
     Benchmark("runtime_fingerprints", "runtime_fingerprints.py",
               "sha256 of every paradigm's simulated run and an MPI BSP job: a refactoring changed no result",
               ()),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .heterogeneity import EmulatedCluster
+from .node_links import NodeLinks
 from .paradigms import REGISTRY as PARADIGMS  # the registry itself: registered paradigms are choices too
 from .paradigms import RESERVED, Options, option_specs, options_class
 from .paradigms.async_rules import ASYNC_RULES
@@ -116,6 +117,11 @@ class Config:
     sim_jitter: float = setting(2e-4, "simulate: mean of a seeded random extra delay of each pull or push "
                                       "(exponential; 0 = none, equally fast workers then move in lockstep)",
                                 low=0.0, high=MAX_SIM_SECONDS)
+    sim_nodes: str = setting("", "simulate: the cluster's nodes, one item per node separated by ';': "
+                                 "'servers=S,group_servers=G,workers=W,latency=SECONDS,bandwidth=BYTES_PER_S' "
+                                 "(each role's ranks fill the nodes in order; between nodes a pull or push takes "
+                                 "the slower of the two links, within one sim-latency and sim-bandwidth); "
+                                 "'' = one node")
     sim_apply: float = setting(2e-4, "simulate: seconds of a server's step, beyond its sum of the pushes "
                                      "(which moves each push's bytes at sim-bandwidth)",
                                low=0.0, high=MAX_SIM_SECONDS)
@@ -173,6 +179,7 @@ class Config:
             device_time=self.device_time, batch_size=self.batch_size))
         parse_points(self.fail_at, "fail_at")
         parse_points(self.nan_at, "nan_at")
+        NodeLinks.parse(self.sim_nodes)
 
     # ------------------------------------------------------------------
     def validate(self) -> None:

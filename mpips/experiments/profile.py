@@ -10,7 +10,10 @@ field by field: docs/plan.md.
         slowdown: 1.0                               # persistent factor on that
         stragglers: {rate: 0.01, length: 10, factor: 4}
         count: 6
-    network: {latency: 2.0e-05, bandwidth: 1.0e+10, jitter: 2.0e-04}
+    network: {latency: 2.0e-05, bandwidth: 1.0e+10, jitter: 2.0e-04}   # within a node (all of it without nodes)
+    nodes:                    # optional: the ranks on each node and its link (--sim-nodes, mpips/node_links.py)
+      - {servers: 1, workers: 3, latency: 5.0e-05, bandwidth: 1.25e+09}
+      - {workers: 3, latency: 5.0e-05, bandwidth: 1.25e+08}
     apply: {fixed: 2.0e-04, per_push: 0.0}
 
 A worker's own device-time model becomes the simulator's one `--device-time`
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..heterogeneity import MAX_EXPONENT, MAX_FACTOR, MAX_ITERATION, MAX_SECONDS, DeviceTime, format_slowdown
+from ..node_links import BadNode, NodeLink, NodeLinks, node_link
 from ..settings import MAX_WORKERS
 from ..validate import ConfigError
 
@@ -50,7 +54,8 @@ class Stragglers:
 @dataclass(frozen=True)
 class Network:
     """A pull or a push: latency + bytes / bandwidth, plus a random delay of
-    mean jitter (--sim-latency, --sim-bandwidth, --sim-jitter)."""
+    mean jitter (--sim-latency, --sim-bandwidth, --sim-jitter); with nodes,
+    this is a transfer within a node."""
     latency: float = field(default=20e-6, metadata=_number(0.0, high=MAX_SECONDS))
     bandwidth: float = field(default=10e9, metadata=_number(0.0, low_open=True))
     jitter: float = field(default=2e-4, metadata=_number(0.0, high=MAX_SECONDS))
@@ -80,6 +85,7 @@ class ClusterProfile:
     workers: tuple[WorkerProfile, ...]
     network: Network = Network()
     apply: Apply = Apply()
+    nodes: tuple[NodeLink, ...] = ()   # none: one node
 
     def settings(self, batch_size: int) -> dict[str, Any]:
         """The `mpips simulate` settings (Config fields) of this cluster for a
@@ -100,7 +106,8 @@ class ClusterProfile:
             "random_stragglers": ",".join(":".join(repr(float(x)) for x in s) for s in stragglers)
                                  if any(s[0] > 0 for s in stragglers) else "",
             "sim_latency": self.network.latency, "sim_bandwidth": self.network.bandwidth,
-            "sim_jitter": self.network.jitter, "sim_apply": self.apply.fixed,
+            "sim_jitter": self.network.jitter, "sim_nodes": NodeLinks(self.nodes).text(),
+            "sim_apply": self.apply.fixed,
             "sim_apply_per_push": self.apply.per_push,
         }
 
@@ -114,8 +121,9 @@ class ClusterProfile:
                 entries[-1]["count"] = entries[-1].get("count", 1) + 1
             else:
                 entries.append(entry)
+        nodes = [node.to_dict() for node in self.nodes]
         return {"workers": entries, "network": dataclasses.asdict(self.network),
-                "apply": dataclasses.asdict(self.apply)}
+                **({"nodes": nodes} if nodes else {}), "apply": dataclasses.asdict(self.apply)}
 
 
 def save(profile: ClusterProfile, path: str, comment: str = "") -> None:
@@ -161,7 +169,7 @@ class _Bad(ValueError):
 
 def parse(data: Any) -> ClusterProfile:
     """A profile from the YAML file's content (raises _Bad naming the field)."""
-    _keys(data, "the file", ("workers", "network", "apply"), required=("workers",))
+    _keys(data, "the file", ("workers", "network", "nodes", "apply"), required=("workers",))
     entries = data["workers"]
     if not isinstance(entries, list) or not entries:
         raise _Bad("workers", entries, "a list of at least one worker entry")
@@ -179,7 +187,20 @@ def parse(data: Any) -> ClusterProfile:
                                _section(Stragglers, entry.get("stragglers", {}), f"{where}.stragglers"))
         workers += [worker] * count
     return ClusterProfile(tuple(workers), _section(Network, data.get("network", {}), "network"),
-                          _section(Apply, data.get("apply", {}), "apply"))
+                          _section(Apply, data.get("apply", {}), "apply"), _nodes(data.get("nodes", []), len(workers)))
+
+
+def _nodes(entries: Any, workers: int) -> tuple[NodeLink, ...]:
+    if not isinstance(entries, list):
+        raise _Bad("nodes", entries, "a list of node entries")
+    try:
+        nodes = tuple(node_link(entry, f"nodes[{k}]") for k, entry in enumerate(entries))
+    except BadNode as e:
+        raise _Bad(e.where, e.value, e.allowed) from None
+    placed = sum(node.workers for node in nodes)
+    if nodes and placed != workers:
+        raise _Bad("nodes", entries, f"places {placed} workers; the profile has {workers}")
+    return nodes
 
 
 def _keys(data: Any, where: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:

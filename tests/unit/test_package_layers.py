@@ -8,7 +8,7 @@ import mpips
 ROOT = Path(mpips.__file__).parent
 # in order: a layer may import the ones before it, and the settings
 LAYERS = ["paradigms", "training", "io", "runtime", "analysis", "experiments"]
-SETTINGS = {"config", "validate", "settings", "heterogeneity", "__version__"}
+SETTINGS = {"config", "validate", "settings", "heterogeneity", "node_links", "__version__"}
 
 
 def _imports():
@@ -63,6 +63,6 @@ def test_the_configuration_imports_only_the_settings_and_the_paradigms():
     options they hold): config.py imported training/emulation once, while
     training/data.py imported config, an arrow both ways between them."""
     graph = _imports()
-    for module in ("mpips.config", "mpips.settings", "mpips.heterogeneity", "mpips.validate"):
+    for module in ("mpips.config", "mpips.settings", "mpips.heterogeneity", "mpips.node_links", "mpips.validate"):
         layers = {m.split(".")[1] for m in graph[module] if m.count(".")}
         assert layers <= SETTINGS | {"paradigms"}, (module, layers)

@@ -6,6 +6,7 @@ import pytest
 from mpips.config import Config, ConfigError, load
 from mpips.experiments import profile
 from mpips.heterogeneity import parse_device_time, parse_random_stragglers
+from mpips.node_links import NodeLinks
 from mpips.training.emulation import Slowdown
 
 TWO_KINDS = {
@@ -43,6 +44,20 @@ def test_workers_of_other_models_are_slowdowns_of_the_fastest_at_the_batch_size(
     assert s["random_stragglers"] == ""
 
 
+def test_nodes_stand_for_the_sim_nodes_setting_and_read_back_the_same(tmp_path):
+    nodes = [{"servers": 1, "workers": 3, "latency": 5e-5, "bandwidth": 1.25e9},
+             {"workers": 1, "latency": 5e-5, "bandwidth": 1.25e8}]
+    p = profile.parse({**TWO_KINDS, "nodes": nodes})
+    s = p.settings(batch_size=16)
+    assert s["sim_nodes"] == "servers=1,workers=3,latency=5e-05,bandwidth=1250000000.0; " \
+                             "workers=1,latency=5e-05,bandwidth=125000000.0"
+    assert NodeLinks.parse(load(None, {**s, "batch_size": 16}).sim_nodes).nodes == p.nodes
+    assert profile.parse(TWO_KINDS).settings(16)["sim_nodes"] == ""   # none: one node
+    path = str(tmp_path / "cluster.yaml")
+    profile.save(p, path)
+    assert profile.load(path) == p and profile.load(path).to_dict()["nodes"] == nodes
+
+
 def test_a_profile_written_reads_back_the_same(tmp_path):
     p = profile.parse(TWO_KINDS)
     path = str(tmp_path / "cluster.yaml")
@@ -52,7 +67,7 @@ def test_a_profile_written_reads_back_the_same(tmp_path):
 
 
 @pytest.mark.parametrize("change, field, allowed", [
-    (lambda d: d.update(networks={}), "networks", "allowed: workers, network, apply"),
+    (lambda d: d.update(networks={}), "networks", "allowed: workers, network, nodes, apply"),
     (lambda d: d.update(workers=[]), "workers", "at least one worker"),
     (lambda d: d["workers"][1].update(slowdown=0.5), "workers[1].slowdown", ">= 1"),
     (lambda d: d["workers"][1]["stragglers"].update(rate=1.5), "workers[1].stragglers.rate", "in [0, 1]"),
@@ -62,6 +77,13 @@ def test_a_profile_written_reads_back_the_same(tmp_path):
      "allowed: a, c, p"),
     (lambda d: d["network"].update(bandwidth=0), "network.bandwidth", "> 0"),
     (lambda d: d["apply"].update(fixed="fast"), "apply.fixed", "finite number"),
+    (lambda d: d.update(nodes=[{"workers": 4, "latency": 1e-4}]), "nodes[0]", "needs bandwidth"),
+    (lambda d: d.update(nodes=[{"workers": 3, "latency": 1e-4, "bandwidth": 1e9}]), "nodes",
+     "places 3 workers; the profile has 4"),
+    (lambda d: d.update(nodes=[{"workers": 4, "latency": -1, "bandwidth": 1e9}]), "nodes[0].latency",
+     "seconds in [0, 3600]"),
+    (lambda d: d.update(nodes=[{"workers": 4.5, "latency": 0, "bandwidth": 1e9}]), "nodes[0].workers",
+     "an integer in [0, 100000]"),
 ])
 def test_a_bad_field_is_one_line_naming_it_and_what_is_allowed(tmp_path, change, field, allowed):
     import copy

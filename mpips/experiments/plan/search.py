@@ -48,7 +48,7 @@ class Candidate(Setup):
 # settings given (which made the emulated cluster that was probed, and go into
 # the printed command that trains on it).
 CLUSTER = ("workers", "device_time", "slowdown", "straggler", "random_stragglers",
-           "sim_latency", "sim_bandwidth", "sim_jitter", "sim_apply", "sim_apply_per_push")
+           "sim_latency", "sim_bandwidth", "sim_jitter", "sim_nodes", "sim_apply", "sim_apply_per_push")
 
 
 def default_candidates(workers: int) -> list[str]:

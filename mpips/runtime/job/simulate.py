@@ -7,7 +7,7 @@ deterministic scheduler (mpips/runtime/transport/scheduler.py) over the in-proce
 an iteration's compute takes the device-time model's virtual time
 (`--device-time`, 20ms unless given; slowdowns and stragglers as under MPI),
 pulls and pushes the network model's (`--sim-latency`, `--sim-bandwidth`,
-`--sim-jitter`), a server's apply `--sim-apply` and the sum of its pushes.
+`--sim-jitter`, per node `--sim-nodes`), a server's apply `--sim-apply` and the sum of its pushes.
 The run log is the MPI job's (same files and schema, times virtual), so
 `mpips info` and analysis/ read it unchanged. On one build and CPU a run is
 bit-reproducible; on another CPU it keeps its schedule and its floats drift by
@@ -24,6 +24,7 @@ import torch
 from ...config import Config, ConfigError
 from ...io.log import RankLog
 from ...io.rundir import RunDir, default_run_dir, new_run_id
+from ...node_links import NodeLinks
 from ...training.batched import BatchedGradients, batched_gradients
 from ...training.flatmodel import FlatModel
 from ...training.models import workload
@@ -65,6 +66,15 @@ def _gradients(config: Config, layout, model, loss, data) -> BatchedGradients | 
     return batched_gradients(model, loss or torch.nn.CrossEntropyLoss(), flat, data.x_train[:b], data.y_train[:b])
 
 
+def _placement(layout, nodes: NodeLinks) -> dict:
+    """Each rank's node as its host (`mpips info` and summarize show the
+    layout by node), when the simulated cluster has nodes."""
+    if not nodes.nodes:
+        return {}
+    return {"placement": layout.placement([f"node{nodes.node_of(*layout.role(rank)) + 1}"
+                                           for rank in range(layout.size)])}
+
+
 def simulate(config: Config, *, model=None, dataset=None, loss=None) -> str:
     """Run the job `config` describes in virtual time; returns the run directory.
     `model`, `dataset` (a data.Dataset), `loss`: a user's objects (mpips.simulate)."""
@@ -72,6 +82,8 @@ def simulate(config: Config, *, model=None, dataset=None, loss=None) -> str:
     torch.set_num_threads(config.torch_threads)
     config = dataclasses.replace(config, run_dir=config.run_dir or default_run_dir(config))
     layout = make_layout(config, ranks_for(config))
+    nodes = NodeLinks.parse(config.sim_nodes)
+    nodes.check(layout)
     if sys.stderr.isatty():   # (off a terminal its stderr holds only what went wrong, which scripts read)
         setup_phase(config, 0, "reading the data and building the model")
     data, built, paradigm, epoch_iterations = prepare(config, layout, model=model, dataset=dataset)
@@ -80,13 +92,13 @@ def simulate(config: Config, *, model=None, dataset=None, loss=None) -> str:
         plan = make_plan(config, layout, run, paradigm, len(data.y_train), epoch_iterations, FlatModel(built).n,
                          loss)
         network = Network(config.sim_latency, config.sim_bandwidth, config.sim_jitter, config.seed,
-                          config.sim_apply, config.sim_apply_per_push)
+                          config.sim_apply, config.sim_apply_per_push, nodes)
         transport = LocalTransport(layout, network)
         run_id = new_run_id()
         announce(plan, 0, versions("none (simulated: mpips/runtime/transport/local.py)"),
                  workload(config, data, model, built), run_id=run_id, transport="simulated",
                  sim_latency=network.latency, sim_bandwidth=network.bandwidth, sim_jitter=network.jitter,
-                 sim_apply=network.apply)
+                 sim_apply=network.apply, **_placement(layout, nodes))
         size = layout.size
         # every log flushes by the wall clock: `size` of them in one process
         # would flush `size` times as often

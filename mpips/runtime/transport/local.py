@@ -12,9 +12,11 @@ Costs (the `Network` model, documented in docs/simulator.md): a pull or a
 push takes latency + bytes / bandwidth of virtual time, its data read or
 written at the end of it (a pull sees the parameters as they are when it
 completes), plus a seeded random delay of mean `--sim-jitter`; the shards
-of several servers move in parallel. A server's apply takes `--sim-apply`
-plus the bytes of the pushes it sums / bandwidth, after it took them and
-before its step is seen. Control-table operations (a few hundred bytes)
+of several servers move in parallel. With nodes (`--sim-nodes`,
+mpips/node_links.py) the bytes for another node take the slower of the
+two nodes' links, and a node's own link carries all its remote bytes. A
+server's apply takes `--sim-apply` plus the bytes of the pushes it sums /
+bandwidth, after it took them and before its step is seen. Control-table operations (a few hundred bytes)
 take no virtual time.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Callable
 
 import numpy as np
 
+from ...node_links import NodeLinks
 from ...paradigms.gates import furthest_behind
 from ..layout import EVALUATOR, GROUP_SERVER, SERVER, WORKER
 from ..state import Head, SlotRows, TableLayout, TableView, head_cells, heads_of, shard_bounds, sum_slots
@@ -57,27 +60,65 @@ class Network:
     seed: int = 0
     apply: float = 0.0          # s of a server's step beyond its sum
     apply_per_push: float = 0.0  # s per push summed, beyond its bytes
+    nodes: NodeLinks = NodeLinks()   # none: every rank on one node
 
-    def link(self, level: int, role: str, index: int) -> "Link":
+    def link(self, level: int, role: str, index: int, servers: list[tuple[str, int]],
+             bounds: list[tuple[int, int]]) -> "Link":
         """The transfers of one role's handle on one level of servers (0: the
         global servers, 1: a group server's), seeded by who it is, not by
         its rank (an evaluator's rank comes after the workers, a group
-        server's before them)."""
+        server's before them); `servers`: (role, index) of that level's
+        servers, `bounds` their shards."""
         key = [self.seed % (1 << 64), 0x7177E5, level, ROLE_STREAMS.index(role), index]
-        return Link(self, np.random.default_rng(key))
+        return Link(self, np.random.default_rng(key), self.routes(role, index, servers, bounds))
+
+    def routes(self, role: str, index: int, servers: list[tuple[str, int]],
+               bounds: list[tuple[int, int]]) -> list[Route]:
+        """(latency, bandwidth, share of the bytes) of each path the bytes of
+        one role's pull or push take: one per node its servers are on (its
+        own node's at the intra-node cost, another's at the slower of the two
+        links), and its own node's link, which carries all the bytes for
+        other nodes. A transfer ends when its slowest path does."""
+        if not self.nodes.nodes:
+            return [Route(self.latency, self.bandwidth, 1.0)]
+        nodes, here = self.nodes.nodes, self.nodes.node_of(role, index)
+        held: dict[int, int] = {}   # per node, the parameters its servers hold
+        for (server_role, server), (lo, hi) in zip(servers, bounds):
+            there = self.nodes.node_of(server_role, server)
+            held[there] = held.get(there, 0) + hi - lo
+        n = sum(held.values())
+        routes = [Route(self.latency, self.bandwidth, count / n) if there == here else
+                  Route(max(nodes[here].latency, nodes[there].latency),
+                        min(nodes[here].bandwidth, nodes[there].bandwidth), count / n)
+                  for there, count in held.items()]
+        remote = sum(count for there, count in held.items() if there != here)
+        if remote:
+            routes.append(Route(nodes[here].latency, nodes[here].bandwidth, remote / n))
+        return routes
+
+
+@dataclass(frozen=True)
+class Route:
+    latency: float
+    bandwidth: float
+    share: float    # of a transfer's bytes
 
 
 class Link:
     """One role's transfers under a `Network`: their times, with delays from
     the role's own seeded stream."""
 
-    def __init__(self, network: Network, rng: np.random.Generator):
-        self.network, self._rng = network, rng
+    def __init__(self, network: Network, rng: np.random.Generator, routes: list[Route]):
+        self.network, self._rng, self.routes = network, rng, routes
         self._delays: list[float] = []
 
     def seconds(self, nbytes: int) -> float:
-        net = self.network
-        return net.latency + nbytes / net.bandwidth + (self._delay() if net.jitter else 0.0)
+        if len(self.routes) == 1:   # one node (`share` 1.0: the same float as bytes / bandwidth)
+            route = self.routes[0]
+            moved = route.latency + nbytes * route.share / route.bandwidth
+        else:
+            moved = max(r.latency + nbytes * r.share / r.bandwidth for r in self.routes)
+        return moved + (self._delay() if self.network.jitter else 0.0)
 
     def apply_seconds(self, nbytes: int, pushes: int = 1) -> float:
         return self.network.apply + pushes * self.network.apply_per_push + nbytes / self.network.bandwidth
@@ -345,8 +386,10 @@ class LocalTransport:
             table = LocalControlTable.shared(spec.table_rows, len(spec.servers))
             for rank in spec.members:
                 role, index = self.layout.role(rank)
+                link = self.network.link(spec.level, role, index, [self.layout.role(s) for s in spec.servers],
+                                         shared.bounds)
                 store = LocalParameterStore(
-                    shared, self.scheduler, self.network.link(spec.level, role, index),
+                    shared, self.scheduler, link,
                     server=spec.servers.index(rank) if rank in spec.servers else None,
                     world_server_ranks=list(spec.servers), sparse=sparse)
                 mine = LocalControlTable(table, self.scheduler, spec.table_rows, len(spec.servers))

@@ -1,0 +1,81 @@
+"""The simulator's network per node (`--sim-nodes`, mpips/node_links.py):
+a worker on a node with a slow link pulls and pushes for the model's time
+exactly (virtual time, no jitter), one node is the network without nodes
+bit for bit, and several servers' shards take the slowest of their paths."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpips.cli import main
+from mpips.io.log import RunLog
+from mpips.node_links import NodeLinks
+from mpips.runtime.state import shard_bounds
+from mpips.runtime.transport.local import Network
+
+INTRA = (20e-6, 10e9)   # --sim-latency, --sim-bandwidth: within a node
+
+
+def simulate(run_dir, *flags: str) -> RunLog:
+    assert main(["simulate", "--run-dir", str(run_dir), "--eval-every", "100", "--sim-jitter", "0",
+                 "--iterations", "4", *flags]) == 0
+    return RunLog(str(run_dir))
+
+
+def test_a_worker_on_a_slow_node_pulls_and_pushes_for_the_slower_links_time(tmp_path):
+    nodes = "servers=1,workers=1,latency=1e-4,bandwidth=1e9; workers=1,latency=3e-4,bandwidth=1e8; " \
+            "workers=1,latency=5e-5,bandwidth=2e9"
+    log = simulate(tmp_path / "run", "--paradigm", "bsp", "--workers", "3", "--sim-nodes", nodes)
+    it = log.iterations
+    nbytes = int(it["bytes_sent"][0])   # the flat model's float32s, pulled and pushed whole
+    expected = {0: INTRA[0] + nbytes / INTRA[1],      # on the server's node: the intra-node path
+                1: 3e-4 + nbytes / 1e8,                # its own link is the slower
+                2: 1e-4 + nbytes / 1e9}                # the server's node's link is the slower
+    for worker, seconds in expected.items():
+        mine = it[it["worker"] == worker]
+        assert len(mine) == 4
+        for column in ("pull", "push"):   # the log's float32 of the virtual clock's difference
+            assert mine[column] == pytest.approx(np.full(4, seconds), rel=1e-6), (worker, column)
+    hosts = {(p["role"], p["index"]): p["host"] for p in log.placement}
+    assert hosts == {("server", 0): "node1", ("worker", 0): "node1", ("worker", 1): "node2",
+                     ("worker", 2): "node3"}
+
+
+def test_one_node_is_the_network_without_nodes_bit_for_bit(tmp_path):
+    flags = ("--paradigm", "ssp", "--workers", "3", "--servers", "2", "--slowdown", "1,1,3",
+             "--sim-jitter", "1e-4")
+    a = simulate(tmp_path / "a", *flags)
+    b = simulate(tmp_path / "b", *flags, "--sim-nodes", "servers=2,workers=3,latency=1,bandwidth=1")
+    assert np.array_equal(a.final_params(), b.final_params())
+    assert a.iterations.tobytes() == b.iterations.tobytes()
+
+
+def test_shards_on_several_nodes_end_with_the_slowest_path_and_the_own_link_carries_them_all():
+    n, servers = 1000, [("server", 0), ("server", 1)]
+    bounds = shard_bounds(n, 2)
+    nodes = NodeLinks.parse("servers=1,latency=1e-3,bandwidth=1e6; servers=1,latency=1e-3,bandwidth=1e6; "
+                            "workers=1,latency=2e-3,bandwidth=4e5; workers=1,latency=1e-4,bandwidth=1e9")
+    net = Network(latency=INTRA[0], bandwidth=INTRA[1], nodes=nodes)
+    slow = net.link(0, "worker", 0, servers, bounds)
+    # 2000 bytes to each server's node over a 4e5 link: 5 ms each, but its own link carries 4000: 10 ms
+    assert slow.seconds(4 * n) == pytest.approx(2e-3 + 4 * n / 4e5, rel=1e-12)
+    fast = net.link(0, "worker", 1, servers, bounds)
+    # each server's link (1e6) carries its half: 1 ms + 2 ms; its own fast link 1e-4 + 4 us
+    assert fast.seconds(4 * n) == pytest.approx(1e-3 + 2 * n / 1e6, rel=1e-12)
+    beside = net.link(0, "server", 1, servers, bounds)   # a rank on server 1's node: half of it intra-node
+    assert beside.seconds(4 * n) == pytest.approx(1e-3 + 2 * n / 1e6, rel=1e-12)
+
+
+@pytest.mark.parametrize("nodes, says", [
+    ("servers=1,workers=1,latency=1e-4,bandwidth=1e9", "places 1 workers; the job has 2"),
+    ("servers=2,workers=2,latency=1e-4,bandwidth=1e9", "places 2 servers; the job has 1"),
+    ("servers=1,workers=2,latency=1e-4", "needs bandwidth"),
+    ("servers=1,workers=2,latency=1e-4,bandwidth=0", "node 0.bandwidth='0': a finite number of bytes/s >= 1"),
+    ("servers=1,workers=2,latency=1e-4,bandwidth=1e9,gpus=1", "node 0.gpus='1': unknown field; allowed:"),
+    ("servers=1,2", "items 'servers=S,"),
+])
+def test_bad_nodes_are_one_line_errors_naming_the_setting(tmp_path, capsys, nodes, says):
+    assert main(["simulate", "--run-dir", str(tmp_path / "run"), "--workers", "2", "--sim-nodes", nodes]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mpips: error: invalid sim_nodes=") and says in err[0], err
+    assert not (tmp_path / "run").exists()
