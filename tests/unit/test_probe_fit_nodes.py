@@ -5,14 +5,13 @@ the rows took; too few rows, servers on several nodes or ranks out of node
 order fall back to one network, said; one node is the profile of before."""
 import numpy as np
 import pytest
+from test_probe_fit import rows
 
 from mpips.experiments import probe, profile
 from mpips.io.log import APPLY
 from mpips.node_links import NodeLinks
 from mpips.runtime.layout import Layout
 from mpips.runtime.transport.local import Network as SimNetwork
-
-from test_probe_fit import rows
 
 DENSE, SMALL = 40_000, 800
 # (latency s, bandwidth bytes/s) of a transfer by a worker of each node: the
