@@ -25,6 +25,9 @@ run logs; nothing is timed outside the runtime:
   percentile of the small (top-k) pushes and of the dense pulls and pushes;
   jitter from the median's excess over it (an exponential's median is ln 2
   of its mean).
+- Nodes: when the runs' ranks are on several hosts, the network within the
+  servers' node and each other node's link, each from its own workers'
+  transfers (fit_links).
 - Applies: the `apply` column against `pushes`, a line through the medians
   per push count; the per-push part beyond moving a push's bytes.
 """
