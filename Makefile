@@ -95,7 +95,8 @@ test-slurm: install
 # set-up and removed at the end (tests/nodes/conftest.py, docs/multinode.md), then a
 # check that nothing of it is left (namespaces, links, daemons).
 # make test leaves out the preemption and scancel of a job across nodes (2 to 4
-# minutes; one node's are in test-slurm), the slow link, and the link down (whose
+# minutes; one node's are in test-slurm), the slow link (a job's, and `mpips plan`'s
+# probe fitting it: 2 to 5 minutes), and the link down (whose
 # first stall message may come from a worker waiting on the server, naming the
 # server, not the cut-off node: docs/multinode.md): NODES_ALL=1 runs them too.
 NODES_SELECT = $(if $(NODES_ALL),,-k "not preempted and not scancel and not slower_link and not link_down")

@@ -19,11 +19,11 @@ def test_the_probe_fits_each_node_s_link_and_a_slower_link_is_the_slowest(cluste
     out = tmp_path / "plan"
     script = tmp_path / "probe.slurm"
     script.write_text(f"#!/bin/bash\nsource {REPO}/jobs/common.sh\n"
-                      f'mpips_launch "$SLURM_NTASKS" "$MPIPS_PYTHON" -m mpips plan --probe-only --probe-seconds 30 '
-                      f"--stall-timeout 60 --out {out}\n")
+                      f'mpips_launch "$SLURM_NTASKS" "$MPIPS_PYTHON" -m mpips plan --probe-only --probe-seconds 60 '
+                      f"--stall-timeout 300 --out {out}\n")
     job = cluster.submit(script, args=["-N", "3", "-n", "5", "--output", str(tmp_path / "probe.out")],
                          cwd=tmp_path)
-    state = cluster.wait(job, timeout=300)
+    state = cluster.wait(job, timeout=900)
     said = (tmp_path / "probe.out").read_text(errors="replace")
     assert state == "COMPLETED", cluster.describe(job) + said[-3000:]
     assert "fewer than" not in said and "one network" not in said, said[-3000:]
