@@ -72,15 +72,10 @@ test-unit: install
 # CPU), so that a test whose verdict rests on rounding fails here first (tests/thresholds.py).
 OTHER_KERNELS = MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=$(shell $(PY) -c "import torch; \
 	print('avx2' if torch.backends.cpu.get_cpu_capability() == 'AVX512' else 'default')")
-# The two passes run side by side (virtual time: the load changes no result), each in
-# a directory of its own; the second's output follows the first's.
 test-sim: install
 	$(injected)
-	other=$$(mktemp -d); trap 'rm -rf "$$other"' EXIT; \
-	( $(OTHER_KERNELS) $(PYTEST) -p no:cacheprovider $(PYTEST_ARGS) --basetemp="$$other/tmp" tests/sim > "$$other/out" 2>&1 ) & \
 	$(PYTEST) $(PYTEST_ARGS) tests/sim; first=$$?; \
-	wait $$!; second=$$?; echo "test-sim with other kernels ($(OTHER_KERNELS)):"; cat "$$other/out"; \
-	[ $$first -eq 0 ] && [ $$second -eq 0 ]
+	$(OTHER_KERNELS) $(PYTEST) $(PYTEST_ARGS) tests/sim && exit $$first
 
 # In-process MPI tests under 4 ranks, then the tests that run whole jobs (those expected to
 # succeed in one launch of 8 ranks, one after another: tests/job_pool.py).
