@@ -20,7 +20,9 @@ from tests.oracles import assert_each_sample_once
 
 REPO = Path(__file__).resolve().parents[2]
 MPICH_VENV = REPO / ".venv-mpich"
-SMALL = {"MPIPS_EPOCHS": "1"}   # digits, an MLP: 23 BSP rounds of 4 workers
+# digits, an MLP: 23 BSP rounds of 4 workers; a job that stops progressing ends in
+# 2 minutes naming what it waited for, well within its test's wait and timeout
+SMALL = {"MPIPS_EPOCHS": "1", "MPIPS_STALL_TIMEOUT": "120"}
 
 
 def output(cluster, job: str) -> str:
