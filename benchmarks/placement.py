@@ -34,6 +34,7 @@ from pathlib import Path
 from common import table, write_results
 from links import REPO, measured, tcp_rate
 
+from mpips.analysis.placement import nodes_label
 from tests.netns import Network, bits_per_second
 
 SHAPES = (("unshaped", None), ("1 Gbit/s", "1gbit"))
@@ -56,11 +57,11 @@ def busiest_link_bytes(placement: list[dict], nbytes: int) -> int:
 
 
 def shape_label(placement: list[dict]) -> str:
-    """The roles on each node, nodes in the order of their first rank: 'S+S, S+W, W+W'."""
-    nodes: dict[str, list[str]] = {}
+    """The roles on each node, as `mpips summarize` says them: '3 nodes: 2S, S+W, 2W'."""
+    by_node: dict[str, list[dict]] = {}
     for p in placement:
-        nodes.setdefault(p["host"], []).append(p["role"][0].upper())
-    return ", ".join("+".join(sorted(roles)) for roles in nodes.values())
+        by_node.setdefault(p["host"], []).append(p)
+    return nodes_label(by_node)
 
 
 def main() -> int:

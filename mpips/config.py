@@ -143,7 +143,8 @@ class Config:
                                        "nodes; on one node both are the launcher's order): spread = servers one "
                                        "per node round robin, group servers likewise, workers node by node (GSSP's "
                                        "groups one per node); packed = the launcher's order, servers on the first "
-                                       "ranks (under Slurm's block distribution all on the first node)",
+                                       "ranks (under Slurm's block distribution all on the first node); simulate: "
+                                       "--sim-nodes says each node's roles",
                              choices=PLACEMENTS)
     evaluator: bool = setting(False, "evaluate on one extra rank (after the workers) that reads the "
                                      "parameters without stopping anyone; off: server 0 evaluates inline")
