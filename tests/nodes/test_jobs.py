@@ -88,10 +88,11 @@ def test_placement_spreads_the_servers_and_changes_no_result(cluster, tmp_path):
     packed (the launcher's order) puts servers 0 and 1 on the first node,
     spread (the default) one on each; the parameters are the same bit for
     bit (a role's index, not its host, decides what it computes)."""
-    per_node = ["-N", "3", "--ntasks-per-node", "2"]
+    per_node = ["-N", "3", "-n", "6", "--ntasks-per-node", "2"]
+    three = {"MPIPS_SERVERS": "3", "MPIPS_WORKERS": "3"}
     submit_all(cluster, tmp_path, {
-        "packed": ("bsp", {"MPIPS_SERVERS": "3", "MPIPS_PLACEMENT": "packed"}, per_node),
-        "spread": ("bsp", {"MPIPS_SERVERS": "3"}, per_node)})
+        "packed": ("bsp", {**three, "MPIPS_PLACEMENT": "packed"}, per_node),
+        "spread": ("bsp", three, per_node)})
     packed, spread = (RunLog(str(tmp_path / name)) for name in ("packed", "spread"))
     assert nodes_label(packed.by_node()) == "3 nodes: 2S, S+W, 2W", packed.placement
     assert nodes_label(spread.by_node()) == "3 nodes: S+W, S+W, S+W", spread.placement
