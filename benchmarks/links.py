@@ -126,12 +126,17 @@ def predicted(iterations: int, latency: float, server_rate: float, worker_rate: 
     return pull_push(RunLog(str(run_dir)))
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc: str, name: str, repeats: int) -> argparse.Namespace:
+    """The command line of a benchmark of jobs across the nodes (this one, placement.py)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--iterations", type=int, default=60, help="per worker")
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--runs", default=str(REPO / "runs" / "bench-links"), help="where the run directories go")
-    args = p.parse_args()
+    p.add_argument("--repeats", type=int, default=repeats)
+    p.add_argument("--runs", default=str(REPO / "runs" / f"bench-{name}"), help="where the run directories go")
+    return p.parse_args()
+
+
+def main() -> int:
+    args = arguments(__doc__, "links", 2)
     runs = Path(args.runs)
     results: dict[str, list[dict]] = {name: [] for name, _ in SHAPES}
     rates: dict[str, list[float]] = {name: [] for name, _ in SHAPES}

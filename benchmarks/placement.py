@@ -24,7 +24,6 @@ sets. Results: results/placement.{json,md}.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 from common import table, write_results
-from links import REPO, measured, tcp_rate
+from links import arguments, measured, tcp_rate
 
 from mpips.analysis.placement import nodes_label
 from tests.netns import Network, bits_per_second
@@ -65,11 +64,7 @@ def shape_label(placement: list[dict]) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--iterations", type=int, default=60, help="per worker")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--runs", default=str(REPO / "runs" / "bench-placement"), help="where the run directories go")
-    args = p.parse_args()
+    args = arguments(__doc__, "placement", 3)
     runs = Path(args.runs)
     results: dict[tuple[str, str], list[dict]] = {(s, pl): [] for s, _ in SHAPES for pl in PLACEMENTS}
     rates: dict[str, list[float]] = {name: [] for name, _ in SHAPES}
