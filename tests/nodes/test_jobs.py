@@ -76,6 +76,9 @@ def test_paradigms_across_three_nodes(cluster, tmp_path, bsp_one_node):
     assert "reaches no other node: using self,sm,tcp" in output(cluster, ids["bsp"])
     assert "launcher: srun --mpi=pmix" in output(cluster, ids["localsgd"]), output(cluster, ids["localsgd"])
     # the same model as on one node, bit for bit, every sample once
+    # GSSP's group servers one per node (the default placement, spread)
+    gssp = RunLog(str(tmp_path / "gssp")).placement
+    assert len({p["host"] for p in gssp if p["role"] == "group_server"}) == 3, gssp
     bsp = RunLog(str(tmp_path / "bsp"))
     np.testing.assert_array_equal(bsp.final_params(), bsp_one_node.final_params())
     assert_each_sample_once(bsp)
