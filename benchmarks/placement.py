@@ -43,6 +43,12 @@ JOB = ("--paradigm", "bsp", "--servers", str(SERVERS), "--workers", "3", "--data
        "--device-time", "20ms", "--eval-every", "100")
 
 
+def _error_line(output: str) -> str:
+    """mpips' one-line error in a failed run's output, or its last line."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith("mpips: error")), lines[-1] if lines else "")
+
+
 def busiest_link_bytes(placement: list[dict], nbytes: int) -> int:
     """The most bytes one node's link sends in a round of pulls: each server's
     shard to every worker on another node."""
@@ -68,6 +74,7 @@ def main() -> int:
     runs = Path(args.runs)
     results: dict[tuple[str, str], list[dict]] = {(s, pl): [] for s, _ in SHAPES for pl in PLACEMENTS}
     rates: dict[str, list[float]] = {name: [] for name, _ in SHAPES}
+    failed: dict[tuple[str, str], list[str]] = {key: [] for key in results}
     net = Network.create(3)
     try:
         for repeat in range(args.repeats):
@@ -78,7 +85,13 @@ def main() -> int:
                 for placement in PLACEMENTS if repeat % 2 == 0 else reversed(PLACEMENTS):
                     run_dir = runs / f"{name.split()[0]}-{placement}-{repeat}"
                     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
-                    got = measured(net, args.iterations, run_dir, (*JOB, "--placement", placement), slots=2)
+                    try:
+                        got = measured(net, args.iterations, run_dir, (*JOB, "--placement", placement), slots=2)
+                    except RuntimeError as e:   # a run that hung or failed is a result too, not the end
+                        failed[name, placement].append(str(e).splitlines()[0] + ": " + _error_line(str(e)))
+                        print(f"{name:9} {placement:6} repeat {repeat}: FAILED {failed[name, placement][-1]}",
+                              flush=True)
+                        continue
                     results[name, placement].append(got)
                     print(f"{name:9} {placement:6} repeat {repeat}: pull + push {got['pull_push_ms']:.2f} ms "
                           f"(pull {got['pull_ms']:.2f}, push {got['push_ms']:.2f}); {shape_label(got['placement'])}",
@@ -88,9 +101,12 @@ def main() -> int:
     rows, data = [], []
     for name, rate in SHAPES:
         tcp = statistics.median(rates[name])
-        packed = statistics.median(r["pull_push_ms"] for r in results[name, "packed"])
+        packed_runs = [r["pull_push_ms"] for r in results[name, "packed"]]
+        packed = statistics.median(packed_runs) if packed_runs else float("nan")
         for placement in PLACEMENTS:
             got = results[name, placement]
+            if not got:
+                continue
             nbytes = got[0]["bytes"]
             busiest = busiest_link_bytes(got[0]["placement"], nbytes)
             real = statistics.median(r["pull_push_ms"] for r in got)
@@ -101,10 +117,12 @@ def main() -> int:
                    "pull_push_ms": real, "runs_pull_push_ms": [r["pull_push_ms"] for r in got],
                    "pull_ms": statistics.median(r["pull_ms"] for r in got),
                    "push_ms": statistics.median(r["push_ms"] for r in got),
-                   "busiest_link_limit_ms": limit_ms, "vs_packed": real / packed}
+                   "busiest_link_limit_ms": limit_ms, "vs_packed": real / packed,
+                   "failed_runs": failed[name, placement]}
             data.append(row)
             rows.append([name, placement, row["nodes"], busiest, limit_ms, real,
-                         ", ".join(f"{x:.2f}" for x in row["runs_pull_push_ms"]), row["pull_ms"], row["push_ms"],
+                         ", ".join([f"{x:.2f}" for x in row["runs_pull_push_ms"]]
+                                   + ["failed"] * len(failed[name, placement])), row["pull_ms"], row["push_ms"],
                          f"{real / packed:.2f}"])
     markdown = table(["nodes' links", "placement", "roles by node", "busiest link's bytes a pull",
                       "its limit, x 2 / rate (ms)", "pull + push (ms, median)", "runs", "pull (ms)", "push (ms)",
