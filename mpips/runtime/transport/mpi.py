@@ -524,6 +524,9 @@ class MPITransport:
     """transport.Transport and transport.Collectives of this rank of `comm`
     (COMM_WORLD by default); a wait of a collective warns after `warn`
     seconds and fails after `timeout` (the configuration's stall_*).
+    `order`: from every rank's host, the launched ranks in the order that
+    numbers them (the placement's, mpips/runtime/placement.py); rank 0's
+    answer renumbers the ranks before anything else is made (_renumber).
 
     MPI's own collectives (a window's allocation, a split, a broadcast, a
     barrier) block until every rank is in them: a rank stopped (SIGSTOP, a
