@@ -563,6 +563,9 @@ class MPITransport:
     """transport.Transport and transport.Collectives of this rank of `comm`
     (COMM_WORLD by default); a wait of a collective warns after `warn`
     seconds and fails after `timeout` (the configuration's stall_*).
+    `order`: from every rank's host, the launched ranks in the order that
+    numbers them (the placement's, mpips/runtime/placement.py); rank 0's
+    answer renumbers the ranks before anything else is made (_renumber).
 
     MPI's own collectives (a window's allocation, a split, a broadcast, a
     barrier) block until every rank is in them: a rank stopped (SIGSTOP, a
@@ -577,19 +580,23 @@ class MPITransport:
     abort that follows (a collective free would wait for ranks still
     training). After either, a use is a `Freed` error."""
 
-    def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float):
+    def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float,
+                 order: Callable[[list[str]], list[int]] | None = None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        self.ranks = [self.rank]
-        self.clock = WallClock()
         self.warn, self.timeout = warn, timeout
         self.started = False         # the run's clock started (run): a stuck collective is then exit 1, not 2
         self._made: list = []        # windows and communicators, freed by close()
+        self._placed: list = []      # the communicator renumbered by placement (_renumber), freed last
+        #: every rank's host (MPI's processor name), in rank order
+        self.hosts: list[str] = self.allgather(MPI.Get_processor_name(), what="set-up (every rank's host)")
+        if order is not None:
+            self._renumber(self.bcast(order(self.hosts) if self.rank == 0 else None))
+        self.ranks = [self.rank]
+        self.clock = WallClock()
         # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
         self._failures = self.blocking("set-up (a window's allocation)",
                                        lambda: ControlWindow(self.comm, 0, 0, 0, counters=(0,)))
-        #: every rank's host (MPI's processor name), in rank order
-        self.hosts: list[str] = self.allgather(MPI.Get_processor_name(), what="set-up (every rank's host)")
         #: every rank as messages name it (name_ranks adds its role once the layout is known)
         self.names = [f"rank {r} on {host}" for r, host in enumerate(self.hosts)]
         self.watchdog = Watchdog(timeout, lambda r: self.names[r], lambda: self.comm.Abort(1 if self.started else 2),
@@ -600,6 +607,17 @@ class MPITransport:
                                if len(set(self.hosts)) > 1 and self._progress_interval > 0
                                and MPI.Query_thread() == MPI.THREAD_MULTIPLE else None)
         self._progress: ProgressThread | None = None
+
+    def _renumber(self, order: list[int]) -> None:
+        """Rank r becomes the launched rank order[r] (rank 0's choice, the
+        placement's): a communicator split in that order, freed last."""
+        if order == list(range(self.size)):
+            return
+        comm = self.blocking("set-up (the ranks renumbered by placement)",
+                             lambda: cast(MPI.Intracomm, self.comm.Split(0, order.index(self.rank))))
+        self._placed = [comm]
+        self.comm, self.rank = comm, comm.Get_rank()
+        self.hosts = [self.hosts[r] for r in order]
 
     def name_ranks(self, placement: list[dict]) -> None:
         """Messages name a rank with its role and host: 'rank 3 (worker 2) on node2'."""
@@ -711,8 +729,9 @@ class MPITransport:
             self._progress.free()
             self._progress = None
         self.watchdog.free()
-        made = ([self._progress_comm] if self._progress_comm is not None else []) + [self._failures] + self._made
-        self._made, self._progress_comm, self._failures = [], None, _Gone("MPITransport")
+        made = (self._placed + ([self._progress_comm] if self._progress_comm is not None else [])
+                + [self._failures] + self._made)
+        self._made, self._placed, self._progress_comm, self._failures = [], [], None, _Gone("MPITransport")
 
         def free():
             for thing in reversed(made):
@@ -730,4 +749,4 @@ class MPITransport:
                 self._progress.free()
                 self._progress = None
             self.watchdog.free()
-            self._made, self._progress_comm, self._failures = [], None, _Gone("MPITransport")
+            self._made, self._placed, self._progress_comm, self._failures = [], [], None, _Gone("MPITransport")

@@ -425,3 +425,31 @@ def test_a_window_used_after_free_is_an_error_naming_it():
         handles[comm.Get_rank()].table.read()
     with pytest.raises(Freed):
         transport.first_to_fail()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_transport_renumbers_the_ranks_in_the_placements_order():
+    """`order` (rank 0's; the placement's, mpips/runtime/placement.py) makes
+    launched rank order[r] the transport's rank r: a split communicator on
+    which the windows are made, the hosts in the new order; the launcher's
+    own order splits nothing. Its end frees the split communicator."""
+    from mpi4py import MPI
+
+    from mpips.runtime.transport.mpi import MPITransport
+    from mpips.runtime.transport.protocols import LevelSpec
+
+    comm = MPI.COMM_WORLD
+    launched, size = comm.Get_rank(), comm.Get_size()
+    backwards = list(reversed(range(size)))
+    with MPITransport(comm, warn=30, timeout=60, order=lambda hosts: backwards) as transport:
+        assert transport.rank == size - 1 - launched and transport.ranks == [transport.rank]
+        assert transport.comm is not comm and transport.comm.Get_rank() == transport.rank
+        assert transport.allgather(launched, what="the launched ranks") == backwards
+        # a level's windows live on the renumbered ranks: server 0 is launched rank size - 1
+        handles = transport.level([LevelSpec(members=tuple(range(size)), servers=(0,), table_rows=size - 1,
+                                             slot_rows=tuple(range(size - 1)))], n=4, sparse=False)
+        assert list(handles) == [transport.rank]
+        placed = transport.comm
+    assert placed == MPI.COMM_NULL   # freed by the transport's end
+    with MPITransport(comm, warn=30, timeout=60, order=lambda hosts: list(range(len(hosts)))) as transport:
+        assert transport.comm is comm and transport.rank == launched
