@@ -23,7 +23,7 @@ def test_the_probe_fits_each_node_s_link_and_a_slower_link_is_the_slowest(cluste
                       f"--stall-timeout 300 --out {out}\n")
     job = cluster.submit(script, args=["-N", "3", "-n", "5", "--output", str(tmp_path / "probe.out")],
                          cwd=tmp_path)
-    state = cluster.wait(job, timeout=900)
+    state = cluster.wait(job, timeout=600)
     said = (tmp_path / "probe.out").read_text(errors="replace")
     assert state == "COMPLETED", cluster.describe(job) + said[-3000:]
     assert "fewer than" not in said and "one network" not in said, said[-3000:]
