@@ -94,7 +94,8 @@ test-slurm: install
 # longer than its jobs' (a stall ends a job within 120 s), so a failing job fails its
 # test and the cluster is still taken down. make test leaves out the preemption and
 # scancel of a job across nodes (2 to 4 minutes; one node's are in test-slurm) and
-# the slow link: NODES_ALL=1 runs them too.
+# the slow link (a job's, and `mpips plan`'s probe fitting it: 3 minutes): NODES_ALL=1
+# runs them too.
 NODES_SELECT = $(if $(NODES_ALL),,-k "not preempted and not scancel and not slower_link")
 test-nodes: install $(VENV_MPICH)/.installed
 	$(injected)

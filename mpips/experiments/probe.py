@@ -25,6 +25,9 @@ run logs; nothing is timed outside the runtime:
   percentile of the small (top-k) pushes and of the dense pulls and pushes;
   jitter from the median's excess over it (an exponential's median is ln 2
   of its mean).
+- Nodes: when the runs' ranks are on several hosts, the network within the
+  servers' node and each other node's link, each from its own workers'
+  transfers (fit_links).
 - Applies: the `apply` column against `pushes`, a line through the medians
   per push count; the per-push part beyond moving a push's bytes.
 """
@@ -34,17 +37,21 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from ..config import Config
 from ..heterogeneity import DeviceTime
+from ..node_links import NodeLink
 from .profile import Apply, ClusterProfile, Network, Stragglers, WorkerProfile
 
 STRAGGLE = 1.5        # an iteration this many times its worker's usual is straggling (at least)
 SAME = 0.01           # workers whose straggle counts are this likely (or more) under one model are pooled
 SAME_FACTOR = 0.05    # pooled workers share the factor when each one's is this close to the pooled
 LINEAR_UNLESS = 0.02  # keep p = 1 unless another p fits this much better (relative error)
+ROLES = ("server", "group_server", "worker")   # the placement's roles of node_links.ROLES
+MIN_TRANSFERS = 10    # a node's dense transfers and small pushes, each, to fit its own link
 LONG = 1e5            # epochs: the runs end by their time limit
 
 
@@ -73,21 +80,24 @@ def run_probe(config: Config, comm, *, seconds: float, out: str) -> ClusterProfi
     for c in probe_settings(config, seconds, out):
         run_dirs.append(train(c, comm))
         comm.Barrier()   # every rank has closed its log file (and rank 0 written run.h5)
-    return fit([RunLog(d) for d in run_dirs]) if comm.Get_rank() == 0 else None
+    if comm.Get_rank() != 0:
+        return None
+    return fit([RunLog(d) for d in run_dirs], say=lambda line: print(f"mpips plan: {line}", flush=True))
 
 
-def fit(logs) -> ClusterProfile:
-    """The profile from the probe's run logs (mpips.io.log.RunLog)."""
+def fit(logs, say: Callable[[str], None] = print) -> ClusterProfile:
+    """The profile from the probe's run logs (mpips.io.log.RunLog); `say`:
+    a line on what the fit could not do (fit_links())."""
     n = int(logs[0].layout["parameters"])
     its = [log.iterations[log.iterations["rejected"] == 0] for log in logs]
     workers = int(logs[0].layout["workers"])
     shape, factors = device_time(its, workers)
     worker_stragglers = fit_stragglers([[it[it["worker"] == w] for it in its] for w in range(workers)])
-    network = fit_network(its)
+    network, nodes = fit_links(its, logs[0].placement, say)
     return ClusterProfile(
         tuple(WorkerProfile(shape, f, s) for f, s in zip(factors, worker_stragglers)), network,
         fit_apply([log.applies for log, it in zip(logs, its) if (it["bytes_sent"] == 4 * n).all()],
-                  4 * n / network.bandwidth))
+                  4 * n / network.bandwidth), nodes)
 
 
 def device_time(its: list[np.ndarray], workers: int) -> tuple[DeviceTime, list[float]]:
@@ -292,14 +302,18 @@ def same_chain(chains: list[Chain]) -> float:
     return float(chi2.sf(g, df)) if df else 1.0
 
 
-def fit_network(its: list[np.ndarray]) -> Network:
-    """latency + bytes / bandwidth through the small and the dense transfers, and the jitter."""
+def _transfers(its: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(the dense pulls and pushes, the small pushes, their bytes, the dense bytes) of these rows."""
     dense = max(int(it["bytes_dense"].max()) for it in its)
     pulls = np.concatenate([it["pull"] for it in its])
     pushes = np.concatenate([it["push"] for it in its])
     sent = np.concatenate([it["bytes_sent"] for it in its])
-    big = np.concatenate([pulls, pushes[sent == dense]])
-    small, small_bytes = pushes[sent < dense], sent[sent < dense]
+    return np.concatenate([pulls, pushes[sent == dense]]), pushes[sent < dense], sent[sent < dense], dense
+
+
+def fit_network(its: list[np.ndarray]) -> Network:
+    """latency + bytes / bandwidth through the small and the dense transfers, and the jitter."""
+    big, small, small_bytes, dense = _transfers(its)
     floor_big = float(np.percentile(big, 10))
     if small.size:
         floor_small, nbytes = float(np.percentile(small, 10)), float(np.median(small_bytes))
@@ -313,6 +327,73 @@ def fit_network(its: list[np.ndarray]) -> Network:
     excess = [np.median(x) - np.percentile(x, 10) for x in (big, small) if x.size]
     jitter = max(0.0, float(np.mean(excess)) / math.log(2))
     return Network(latency=latency, bandwidth=float(bandwidth), jitter=jitter)
+
+
+def fit_links(its: list[np.ndarray], placement: list[dict] | None,
+              say: Callable[[str], None] = print) -> tuple[Network, tuple[NodeLink, ...]]:
+    """The network and, when the probe's ranks ran on several hosts
+    (`placement`: RunLog.placement), each node's link, as the simulator
+    models them (mpips/node_links.py): a transfer within a node costs
+    `network`, one between two nodes the slower of their links.
+
+    With the servers on one node, the transfers of that node's workers are
+    the network within a node, and those of another node's workers its link
+    to the servers' node (fit_network() on each node's rows). Only the
+    slower of two links is ever seen, so the servers' node gets the fastest
+    link seen (the least latency, the most bandwidth): every other node's
+    transfers then cost its own fit exactly. The jitter (one for every
+    transfer in the simulator) is the fits' mean, weighted by their rows.
+    A node with fewer than MIN_TRANSFERS dense transfers or small pushes
+    takes the fit of every row (`say` says so); servers on several nodes,
+    or ranks not in node order, give the one network of every row."""
+    common = fit_network(its)
+    hosts = _hosts(placement)
+    if len(hosts) < 2:
+        return common, ()
+    servers = [h for h, roles in hosts.items() if roles["server"]]
+    if len(servers) > 1:
+        say(f"the servers ran on {len(servers)} nodes: the profile has one network for every transfer "
+            f"(a node's link is fitted with every server on one node)")
+        return common, ()
+    order = list(hosts)
+    for role in ROLES:
+        on = sorted((index, order.index(h)) for h, roles in hosts.items() for index in roles[role])
+        if [k for _, k in on] != sorted(k for _, k in on):
+            say(f"the {role.replace('_', ' ')}s are not in the order of their nodes' first ranks: the profile "
+                f"has one network for every transfer (its nodes fill each role in node order)")
+            return common, ()
+    fits: dict[str, tuple[Network, int]] = {}
+    for host, roles in hosts.items():
+        rows = [r for it in its if (r := it[np.isin(it["worker"], roles["worker"])]).size]
+        big, small = _transfers(rows)[:2] if rows else (np.zeros(0), np.zeros(0))
+        if min(len(big), len(small)) >= MIN_TRANSFERS:
+            fits[host] = fit_network(rows), sum(r.size for r in rows)
+        elif roles["worker"]:
+            say(f"node {host}: {len(big)} dense transfers and {len(small)} small pushes, fewer than "
+                f"{MIN_TRANSFERS}: its link is the fit of every node's transfers")
+    link = {h: fits[h][0] if h in fits else common for h in hosts}
+    remote = [link[h] for h in hosts if h != servers[0]]
+    home = fits[servers[0]][0] if servers[0] in fits else common
+    if servers[0] not in fits and not hosts[servers[0]]["worker"]:
+        say(f"no worker ran on the servers' node {servers[0]}: the network within a node is the fit of every "
+            f"node's transfers")
+    link[servers[0]] = Network(min(n.latency for n in remote), max(n.bandwidth for n in remote))
+    rows_fitted = sum(count for _, count in fits.values())
+    jitter = (sum(n.jitter * count for n, count in fits.values()) / rows_fitted) if fits else common.jitter
+    return (Network(home.latency, home.bandwidth, jitter),
+            tuple(NodeLink(link[h].latency, link[h].bandwidth, **{f"{role}s": len(roles[role]) for role in ROLES})
+                  for h, roles in hosts.items()))
+
+
+def _hosts(placement: list[dict] | None) -> dict[str, dict[str, list[int]]]:
+    """host -> role -> the indices of its ranks of that role, hosts in the
+    order of their first rank; hosts of an evaluator alone left out (the
+    simulator puts it on the first node)."""
+    hosts: dict[str, dict[str, list[int]]] = {}
+    for rank in placement or ():
+        if rank["role"] != "evaluator":
+            hosts.setdefault(rank["host"], {role: [] for role in ROLES})[rank["role"]].append(int(rank["index"]))
+    return hosts
 
 
 def fit_apply(applies: list[np.ndarray], moving: float) -> Apply:

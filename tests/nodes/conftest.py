@@ -43,3 +43,12 @@ def cluster():
         net.remove()
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+@pytest.fixture
+def shaped(cluster):
+    """shaped({node: rate}): links limited (tc's token bucket, both ways);
+    every link unshaped again at the end."""
+    yield lambda rates: [cluster.network.shape(cluster.network.node(n), r) for n, r in rates.items()]
+    for node in cluster.network.nodes:
+        cluster.network.shape(node, None)

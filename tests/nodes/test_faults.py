@@ -203,15 +203,6 @@ def test_scancel_of_a_job_across_nodes_checkpoints_and_the_same_job_again_resume
     assert_each_sample_once(log)
 
 
-@pytest.fixture
-def shaped(cluster):
-    """shaped({node: rate}): links limited (tc's token bucket, both ways);
-    every link unshaped again at the end."""
-    yield lambda rates: [cluster.network.shape(cluster.network.node(n), r) for n, r in rates.items()]
-    for node in cluster.network.nodes:
-        cluster.network.shape(node, None)
-
-
 def test_a_node_with_a_ten_times_slower_link(cluster, tmp_path, shaped):
     """Every link at 100 Mbit/s but one node's at 10: the job finishes, and
     its log shows the slow node's pulls and pushes longer than those of the
