@@ -62,7 +62,8 @@ def render(sec: dict) -> str:
                    f"{pct(r['final_min'])}-{pct(r['final_max'])}" if r["final_min"] is not None else "",
                    pct(r["final_vs_bsp"]),
                    "" if r["final_vs_bsp"] is None else ("yes" if r["final_vs_bsp"] >= -WITHIN else "no"),
-                   pct(r["last"]), pct(r["last_vs_bsp"]), pct(r["best"]), r["pushes"], r["bsp_pushes_over"],
+                   pct(r["last"]), pct(r["last_vs_bsp"]), pct(r["best"]), None if r["pushes"] is None else round(r["pushes"]),
+                   r["bsp_pushes_over"],
                    f"{r['reached']}/{len(r['seeds']) - r['failed']}", r["bsp_pushes_to_target_over"]]
                   for r in ordered])
     failed = "".join(f"\n- failed: {f}" for f in sec["failed"])
