@@ -4,8 +4,15 @@ simulator (#50): Local SGD's outer Nesterov step (--outer-lr x
 AdamW; final accuracy minus BSP's, and BSP's pushes over DiLoCo's (about H,
 the local steps, if it holds).
 
-    python benchmarks/diloco.py --workers 8 --seeds 0,1,2     # the grid at 8 workers
-    python benchmarks/diloco.py --workers 32 --seeds 0,1,2 --outer 1:0,1:0.5,0.7:0.9 --adamw-lrs 0.001
+    python benchmarks/diloco.py --workers 8 --seeds 0,1,2     # the whole grid at 8 workers
+    python benchmarks/diloco.py --workers 32 --seeds 0,1 --outer 1:0,0.7:0.5,0.7:0.9 --adamw-lrs 0.003
+
+results/diloco.md was made by calls that add up (cd benchmarks): `--workers 8
+--seeds 0` (the whole grid); `--workers 8 --seeds 1 --outer
+1:0,1:0.5,0.7:0.9,0.7:0.5,0.5:0.5 --adamw-lrs 0.003`; `--workers 8 --seeds 2
+--outer 0.7:0.5,1:0,1:0.5 --adamw-lrs ""`; `--workers 32 --seeds 0 --outer
+1:0,0.7:0.5,0.7:0.9 --adamw-lrs 0.003`; `--workers 32 --seeds 1 --outer
+0.7:0.5,1:0,0.7:0.9 --adamw-lrs ""`.
 
 The workload is async_scale.py's `published` (MNIST-1D's published split,
 cnn1d, batch 16, lr 0.05 with momentum 0.9 for BSP and the inner SGD, 30
@@ -100,7 +107,7 @@ def main(argv=None) -> int:
     ordered = sorted(sections.values(), key=lambda s: s["workers"])
     for sec in ordered:
         sec["rows"] = rows(sec)
-    notes = "The defaults chosen from it: docs/paradigms.md (Local SGD and DiLoCo).\n\n"
+    notes = "The discussion: docs/paradigms.md (Local SGD and DiLoCo, 'The outer optimizer, measured').\n\n"
     write_results(args.name, {"sections": ordered}, notes + "\n".join(render(s) for s in ordered))
     return 0
 
