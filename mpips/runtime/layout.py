@@ -1,6 +1,7 @@
 """Which rank does what: servers first, then group servers (a paradigm with
 a second level of servers, `Paradigm.group_servers`), then workers, then
-the evaluator (`--evaluator`)."""
+the evaluator (`--evaluator`). The ranks are mpips' own: the placement
+(mpips/runtime/placement.py) chose which launched rank has which number."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

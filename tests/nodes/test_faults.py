@@ -118,9 +118,9 @@ def test_a_link_down_with_every_process_alive_is_named_and_the_logs_kept(cluster
     stall = 30   # less than the cluster's SlurmdTimeout: the job names the node before Slurm does
     run = tmp_path / "run"
     # mpirun's own keepalives (jobs/common.sh: about 40 s) would end the job too, without naming the
-    # rank: made longer here than the stall timeout and the polls around it, so that mpips' wait speaks
+    # rank: made longer here than the stall timeout and the time the assertion below allows it
     env = {**LONG, "MPIPS_STALL_TIMEOUT": str(stall), "MPIPS_RUN_DIR": run, "MPIPS_REQUEUE": "0",
-           "PRTE_MCA_oob_tcp_keepalive_time": "120"}
+           "PRTE_MCA_oob_tcp_keepalive_time": str(stall + 30)}
     job = cluster.submit(BSP, env=env, args=["-N", "3", "-n", "5", "--no-requeue"], cwd=tmp_path)
     wait_until("second epoch", lambda: "mpips: epoch  1" in output(cluster, job), 300, lambda: cluster.describe(job))
     by_node = RunLog(str(run)).by_node()

@@ -14,13 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mpips.analysis.placement import nodes_label
 from mpips.experiments.launch import MPI_ENV, MPIEXEC
 from mpips.io.log import RunLog
 from tests.oracles import assert_each_sample_once
 
 REPO = Path(__file__).resolve().parents[2]
 MPICH_VENV = REPO / ".venv-mpich"
-SMALL = {"MPIPS_EPOCHS": "1"}   # digits, an MLP: 23 BSP rounds of 4 workers
+# digits, an MLP: 23 BSP rounds of 4 workers; a job that stops progressing ends in
+# 2 minutes naming what it waited for, well within its test's wait and timeout
+SMALL = {"MPIPS_EPOCHS": "1", "MPIPS_STALL_TIMEOUT": "120"}
 
 
 def output(cluster, job: str) -> str:
@@ -75,11 +78,31 @@ def test_paradigms_across_three_nodes(cluster, tmp_path, bsp_one_node):
     assert "reaches no other node: using self,sm,tcp" in output(cluster, ids["bsp"])
     assert "launcher: srun --mpi=pmix" in output(cluster, ids["localsgd"]), output(cluster, ids["localsgd"])
     # the same model as on one node, bit for bit, every sample once
+    # GSSP's group servers one per node (the default placement, spread)
+    gssp = RunLog(str(tmp_path / "gssp")).placement
+    assert len({p["host"] for p in gssp if p["role"] == "group_server"}) == 3, gssp
     bsp = RunLog(str(tmp_path / "bsp"))
     np.testing.assert_array_equal(bsp.final_params(), bsp_one_node.final_params())
     assert_each_sample_once(bsp)
     # one cache file, made whole (each rank writes its own copy and renames it over)
     assert [p.name for p in cache.iterdir()] == [f"mnist1d-{_mnist1d_version()}-5000.npz"], list(cache.iterdir())
+
+
+def test_placement_spreads_the_servers_and_changes_no_result(cluster, tmp_path):
+    """BSP with 3 servers, 2 ranks on each node (Slurm's block distribution):
+    packed (the launcher's order) puts servers 0 and 1 on the first node,
+    spread (the default) one on each; the parameters are the same bit for
+    bit (a role's index, not its host, decides what it computes)."""
+    per_node = ["-N", "3", "-n", "6", "--ntasks-per-node", "2"]
+    three = {"MPIPS_SERVERS": "3", "MPIPS_WORKERS": "3"}
+    submit_all(cluster, tmp_path, {
+        "packed": ("bsp", {**three, "MPIPS_PLACEMENT": "packed"}, per_node),
+        "spread": ("bsp", three, per_node)})
+    packed, spread = (RunLog(str(tmp_path / name)) for name in ("packed", "spread"))
+    assert nodes_label(packed.by_node()) == "3 nodes: 2S, S+W, 2W", packed.placement
+    assert nodes_label(spread.by_node()) == "3 nodes: S+W, S+W, S+W", spread.placement
+    assert packed.config["placement"] == "packed" and spread.config["placement"] == "spread"
+    np.testing.assert_array_equal(spread.final_params(), packed.final_params())
 
 
 def _mnist1d_version() -> str:

@@ -79,3 +79,25 @@ def test_bad_nodes_are_one_line_errors_naming_the_setting(tmp_path, capsys, node
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mpips: error: invalid sim_nodes=") and says in err[0], err
     assert not (tmp_path / "run").exists()
+
+
+# Two nodes of two workers on fast links (the server on the first) and a third
+# whose link is a thousand times slower: its workers' pulls and pushes take
+# longer than a whole round's compute elsewhere.
+SLOW_THIRD = ("servers=1,workers=2,latency=2e-5,bandwidth=1e10; workers=2,latency=2e-5,bandwidth=1e10; "
+              "workers=2,latency=1e-3,bandwidth=1e7")
+
+
+def test_backup_workers_drop_the_slow_links_pushes_and_lbbsp_balances_compute_only(tmp_path):
+    """A slow link is a slow worker to BSP with backup workers: with as many
+    backups as workers behind it, every dropped push is theirs and no other
+    worker's is ever dropped. LB-BSP balances the part of a round that grows
+    with the batch (its speeds are batch / compute seconds: docs/paradigms.md),
+    so a slow link moves no samples: the split stays even."""
+    flags = ("--workers", "6", "--sim-nodes", SLOW_THIRD, "--device-time", "5ms", "--iterations", "12")
+    backup = simulate(tmp_path / "backup", "--paradigm", "backup", "--backup-workers", "2", *flags)
+    dropped = [e["worker"] for e in backup.events("dropped_push")]
+    assert len(dropped) >= 6 and set(dropped) == {4, 5}, dropped   # 8 here
+    lbbsp = simulate(tmp_path / "lbbsp", "--paradigm", "lbbsp", *flags)
+    it = lbbsp.iterations
+    assert set(it["batch"].tolist()) == {int(lbbsp.config["batch_size"])}, np.unique(it["batch"])

@@ -21,6 +21,7 @@ from ...training.data import DataError
 from ...training.flatmodel import FlatModel, rank_device, warm_up
 from ...training.models import workload
 from ..layout import EVALUATOR, WORKER, make_layout, roles_note
+from ..placement import placed_order
 from ..recovery.checkpointer import Checkpointer, DiskFullAtCheckpoint, Preempted
 from ..transport.mpi import MPITransport
 from ..transport.protocols import EveryRank
@@ -89,7 +90,8 @@ def train(config: Config, comm=None, *, model=None, dataset=None, loss=None) -> 
     ExitStack, released however the job ends (MPITransport: the windows
     collectively only when every rank ends alike)."""
     with contextlib.ExitStack() as job:
-        transport = job.enter_context(MPITransport(comm, warn=config.stall_warn, timeout=config.stall_timeout))
+        transport = job.enter_context(MPITransport(comm, warn=config.stall_warn, timeout=config.stall_timeout,
+                                                      order=lambda hosts: placed_order(config, hosts)))
         return _train(config, transport, model, dataset, loss, job)
 
 

@@ -22,12 +22,15 @@ import numpy as np
 from mpi4py import MPI
 
 from ...config import ConfigError
-from ..state import HEAD, SlotRows, TableLayout, head_cells, heads_of, shard_bounds, sum_slots
+from ..state import HEAD, G, SlotRows, TableLayout, head_cells, heads_of, shard_bounds, sum_slots
 from .protocols import EveryRank, LevelHandles, LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
 
 _UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)
-_INFO = {"accumulate_ordering": "none", "same_disp_unit": "true"}
+# acc_single_intrinsic: every accumulate of mpips is a one-element Fetch_and_op
+# (ControlWindow.add), so Open MPI may use the network's atomics without its
+# accumulate lock (ControlWindow says why that lock must not be taken)
+_INFO = {"accumulate_ordering": "none", "same_disp_unit": "true", "acc_single_intrinsic": "true"}
 
 
 def _allocate(comm: MPI.Intracomm, count: int, dtype) -> tuple[MPI.Win, np.ndarray]:
@@ -397,74 +400,110 @@ class ParameterWindows(SlotRows, _Windows):
 
 
 class ControlWindow(TableLayout, _Windows):
-    """Per-worker and per-server counters in one float64 window on server 0.
+    """Per-worker and per-server counters in one window on `home`.
 
-    Each slot has one writer (a worker its row, a server its row), so writes
-    are plain `Accumulate(REPLACE)` without locks; readers take the whole
-    table with one `Get` (a few hundred bytes).
+    No write takes a lock. Open MPI's osc/rdma (the component across nodes)
+    makes every `Accumulate` and `Fetch_and_op` hold an exclusive lock in the
+    target's memory for the length of the operation; a rank cut off or
+    stalled while holding it blocks every other rank's next accumulate on
+    that table, the home's own included (a cut-off worker froze server 0 mid
+    write, so the job's stall named the server, not the worker; docs/multinode.md).
+    So the window holds, after the table's float64 cells:
 
-    One more cell, after the table, counts the writes: a write adds 1 to it
-    once its values are complete, a read reads it before the table, so a
-    poll that finds it as the last read did (`changed`: one 8-byte `Get`)
-    knows the table is as that read saw it, and skips its reading, its
-    view and its paradigm's decisions (benchmarks/results/overhead.md).
+    - each slot has one writer (a worker its row, a server its row): `write`
+      is a `Put`;
+    - one cell per rank counting its writes, a `Put` by that rank once its
+      values are complete: a poll that finds every count as the last `read`
+      did (`changed`: one `Get` of 8 bytes a rank) knows the table is as that
+      read saw it, and skips its reading, its view and its paradigm's
+      decisions (benchmarks/results/overhead.md);
+    - the fetch-and-add counters (`counters`: the global budget's claims),
+      int64 cells changed only by one-element `Fetch_and_op`, which Open MPI
+      does with the network's atomics, lock-free, on a window that promises
+      only such accumulates (_INFO's acc_single_intrinsic). `read` returns
+      them in their table cells.
+
+    Readers take the table with one `Get` (a few hundred bytes); each cell
+    is read whole, as it was under Accumulate (a Get never took the lock).
     """
 
     _wins = ("_win",)
 
     def __init__(self, comm: MPI.Intracomm, home: int, workers: int, servers: int, *,
-                 world_home: int | None = None, watchdog: Unwatched = UNWATCHED):
+                 counters: tuple[int, ...] = (), world_home: int | None = None,
+                 watchdog: Unwatched = UNWATCHED):
         super().__init__(workers, servers)
         self.comm = comm
         self.home = home
         self._watch, self._home = watchdog, (home if world_home is None else world_home,)
-        count = self.size + 1 if comm.Get_rank() == home else 0
+        ranks = comm.Get_size()
+        self._writes_at, self._counters_at = self.size, self.size + ranks
+        count = self.size + ranks + len(counters) if comm.Get_rank() == home else 0
         self._win, _ = _allocate(comm, count, np.float64)
         comm.Barrier()
         self._win.Lock_all()
-        self._one = np.ones(1)
-        self._seen = np.zeros(1)      # the write count as of the last read
-        self._count = np.zeros(1)     # the write count as of the last `changed`
+        self._mine = np.zeros(1)                       # this rank's writes
+        self._mine_at = self._writes_at + comm.Get_rank()
+        self._seen = np.zeros(ranks)                   # every rank's writes as of the last read
+        self._now = np.zeros(ranks)                    # the same as of the last `changed`
+        self._counted = np.zeros(len(counters), np.int64)
+        self._counter_cells = list(counters)
 
     def read(self) -> np.ndarray:
         """One consistent-enough copy of the whole table (each slot atomic)."""
         self._watch.begin("a read of the control table", self._home)
-        self._win.Get([self._seen, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE))
-        self._win.Flush(self.home)
-        self._win.Get([self.latest, MPI.DOUBLE], self.home, (0, self.size, MPI.DOUBLE))
-        self._win.Flush(self.home)
+        win, home = self._win, self.home
+        win.Get([self._seen, MPI.DOUBLE], home, (self._writes_at, len(self._seen), MPI.DOUBLE))
+        win.Flush(home)   # the counts before the values they count
+        win.Get([self.latest, MPI.DOUBLE], home, (0, self.size, MPI.DOUBLE))
+        if self._counter_cells:
+            win.Get([self._counted, MPI.INT64_T], home, (self._counters_at, len(self._counted), MPI.INT64_T))
+        win.Flush(home)
         self._watch.end()
+        self.latest[self._counter_cells] = self._counted
         return self.latest.copy()
 
     def changed(self) -> bool:
         """Whether anything was written since the last `read`."""
-        self._watch.begin("a read of the control table's count", self._home)
-        self._win.Get([self._count, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE))
+        self._watch.begin("a read of the control table's counts", self._home)
+        self._win.Get([self._now, MPI.DOUBLE], self.home, (self._writes_at, len(self._now), MPI.DOUBLE))
         self._win.Flush(self.home)
         self._watch.end()
-        return bool(self._count[0] != self._seen[0])
+        return not np.array_equal(self._now, self._seen)
 
     def is_home(self) -> bool:
         return self.comm.Get_rank() == self.home
 
     def write(self, offset: int, values) -> None:
+        """Values from `offset` on; a counter among them is set (a checkpoint's
+        table restored before the run starts: nothing adds to it then)."""
         vals = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
         self._watch.begin("a write to the control table", self._home)
-        self._win.Accumulate([vals, MPI.DOUBLE], self.home, (offset, len(vals), MPI.DOUBLE), MPI.REPLACE)
-        self._win.Flush(self.home)   # the values first, then the count (accumulate_ordering none)
-        self._win.Accumulate([self._one, MPI.DOUBLE], self.home, (self.size, 1, MPI.DOUBLE), MPI.SUM)
+        self._win.Put([vals, MPI.DOUBLE], self.home, (offset, len(vals), MPI.DOUBLE))
+        for k, cell in enumerate(self._counter_cells):
+            if offset <= cell < offset + len(vals):
+                self._win.Put([np.full(1, vals[cell - offset], np.int64), MPI.INT64_T], self.home,
+                              (self._counters_at + k, 1, MPI.INT64_T))
+        self._win.Flush(self.home)   # the values first, then the count
+        self._mine += 1
+        self._win.Put([self._mine, MPI.DOUBLE], self.home, (self._mine_at, 1, MPI.DOUBLE))
         self._win.Flush(self.home)
         self._watch.end()
 
     def add(self, offset: int, value: float) -> float:
-        """Atomic fetch-and-add; returns the value before. For counters that
-        only their adders read (the global budget's claims): no wait's
-        condition may read one, since the simulator does not check waits
-        again when it changes (local.LocalControlTable.add), and a poll
-        skips its check where nothing else was written (`changed`)."""
-        result = np.zeros(1)
+        """Atomic fetch-and-add of a whole number to one of `counters`;
+        returns the value before. For counters that only their adders read
+        (the global budget's claims): no wait's condition may read one,
+        since the simulator does not check waits again when it changes
+        (local.LocalControlTable.add), and a poll skips its check where
+        nothing else was written (`changed`)."""
+        k, amount = self._counter_cells.index(offset), int(value)
+        if amount != value:
+            raise ValueError(f"ControlWindow.add: {value!r} is not a whole number (the counters are int64)")
+        result = np.zeros(1, np.int64)
         self._watch.begin("a fetch-and-add on the control table", self._home)
-        self._win.Fetch_and_op([np.full(1, value, np.float64), MPI.DOUBLE], [result, MPI.DOUBLE], self.home, offset, MPI.SUM)
+        self._win.Fetch_and_op([np.full(1, amount, np.int64), MPI.INT64_T], [result, MPI.INT64_T], self.home,
+                               self._counters_at + k, MPI.SUM)
         self._win.Flush(self.home)
         self._watch.end()
         return float(result[0])
@@ -524,6 +563,9 @@ class MPITransport:
     """transport.Transport and transport.Collectives of this rank of `comm`
     (COMM_WORLD by default); a wait of a collective warns after `warn`
     seconds and fails after `timeout` (the configuration's stall_*).
+    `order`: from every rank's host, the launched ranks in the order that
+    numbers them (the placement's, mpips/runtime/placement.py); rank 0's
+    answer renumbers the ranks before anything else is made (_renumber).
 
     MPI's own collectives (a window's allocation, a split, a broadcast, a
     barrier) block until every rank is in them: a rank stopped (SIGSTOP, a
@@ -538,18 +580,23 @@ class MPITransport:
     abort that follows (a collective free would wait for ranks still
     training). After either, a use is a `Freed` error."""
 
-    def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float):
+    def __init__(self, comm: MPI.Intracomm | None, *, warn: float, timeout: float,
+                 order: Callable[[list[str]], list[int]] | None = None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        self.ranks = [self.rank]
-        self.clock = WallClock()
         self.warn, self.timeout = warn, timeout
         self.started = False         # the run's clock started (run): a stuck collective is then exit 1, not 2
         self._made: list = []        # windows and communicators, freed by close()
-        # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
-        self._failures = self.blocking("set-up (a window's allocation)", lambda: ControlWindow(self.comm, 0, 0, 0))
+        self._placed: list = []      # the communicator renumbered by placement (_renumber), freed last
         #: every rank's host (MPI's processor name), in rank order
         self.hosts: list[str] = self.allgather(MPI.Get_processor_name(), what="set-up (every rank's host)")
+        if order is not None:
+            self._renumber(self.bcast(order(self.hosts) if self.rank == 0 else None))
+        self.ranks = [self.rank]
+        self.clock = WallClock()
+        # one cell on rank 0 counting the ranks that failed alone (first_to_fail)
+        self._failures = self.blocking("set-up (a window's allocation)",
+                                       lambda: ControlWindow(self.comm, 0, 0, 0, counters=(0,)))
         #: every rank as messages name it (name_ranks adds its role once the layout is known)
         self.names = [f"rank {r} on {host}" for r, host in enumerate(self.hosts)]
         self.watchdog = Watchdog(timeout, lambda r: self.names[r], lambda: self.comm.Abort(1 if self.started else 2),
@@ -560,6 +607,17 @@ class MPITransport:
                                if len(set(self.hosts)) > 1 and self._progress_interval > 0
                                and MPI.Query_thread() == MPI.THREAD_MULTIPLE else None)
         self._progress: ProgressThread | None = None
+
+    def _renumber(self, order: list[int]) -> None:
+        """Rank r becomes the launched rank order[r] (rank 0's choice, the
+        placement's): a communicator split in that order, freed last."""
+        if order == list(range(self.size)):
+            return
+        comm = self.blocking("set-up (the ranks renumbered by placement)",
+                             lambda: cast(MPI.Intracomm, self.comm.Split(0, order.index(self.rank))))
+        self._placed = [comm]
+        self.comm, self.rank = comm, comm.Get_rank()
+        self.hosts = [self.hosts[r] for r in order]
 
     def name_ranks(self, placement: list[dict]) -> None:
         """Messages name a rank with its role and host: 'rank 3 (worker 2) on node2'."""
@@ -634,8 +692,8 @@ class MPITransport:
         local = [spec.members.index(r) for r in spec.servers]
         store = ParameterWindows(comm, local, n, clients=list(spec.slot_rows), sparse=sparse, reads=reads,
                                  world_server_ranks=spec.servers, watchdog=self.watchdog)
-        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers), world_home=spec.servers[0],
-                              watchdog=self.watchdog)
+        table = ControlWindow(comm, local[0], spec.table_rows, len(spec.servers), counters=(G.CLAIMED,),
+                              world_home=spec.servers[0], watchdog=self.watchdog)
         self._made += [store, table]
         if rank in spec.servers and self._progress_comm is not None and self._progress is None:
             self._progress = ProgressThread(self._progress_comm, self._progress_interval)
@@ -671,8 +729,9 @@ class MPITransport:
             self._progress.free()
             self._progress = None
         self.watchdog.free()
-        made = ([self._progress_comm] if self._progress_comm is not None else []) + [self._failures] + self._made
-        self._made, self._progress_comm, self._failures = [], None, _Gone("MPITransport")
+        made = (self._placed + ([self._progress_comm] if self._progress_comm is not None else [])
+                + [self._failures] + self._made)
+        self._made, self._placed, self._progress_comm, self._failures = [], [], None, _Gone("MPITransport")
 
         def free():
             for thing in reversed(made):
@@ -690,4 +749,4 @@ class MPITransport:
                 self._progress.free()
                 self._progress = None
             self.watchdog.free()
-            self._made, self._progress_comm, self._failures = [], None, _Gone("MPITransport")
+            self._made, self._placed, self._progress_comm, self._failures = [], [], None, _Gone("MPITransport")

@@ -291,15 +291,66 @@ def test_pull_reads_every_shard():
 
 @pytest.mark.mpi(min_size=2)
 def test_control_table_fetch_and_add_is_atomic():
+    """Every rank adds to a counter cell at once: each sees a distinct value
+    before its add, the read returns the total in the cell's place, and a
+    fractional amount is refused (the counters are int64, added lock-free)."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    table = ControlTable(comm, 0, workers=comm.Get_size(), servers=1)
-    slot = table.worker_offset(0, 13)
-    seen = [table.add(slot, 1.0) for _ in range(100)]
+    slot = 7
+    table = ControlTable(comm, 0, workers=comm.Get_size(), servers=1, counters=(slot,))
+    seen = [table.add(slot, 2) for _ in range(100)]
     assert seen == sorted(seen)
+    every = sum(comm.allgather(seen), [])
+    assert sorted(every) == [2.0 * k for k in range(100 * comm.Get_size())]
     comm.Barrier()
-    assert table.read()[slot] == 100 * comm.Get_size()
+    assert table.read()[slot] == 200 * comm.Get_size()
+    with pytest.raises(ValueError, match="not a whole number"):
+        table.add(slot, 0.5)
+    comm.Barrier()
+    table.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_restored_table_sets_its_counters():
+    """A checkpoint's table written back whole (before the run starts) sets
+    the counters it holds: the next fetch-and-add goes on from there."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    slot = 7
+    table = ControlTable(comm, 0, workers=comm.Get_size(), servers=1, counters=(slot,))
+    if comm.Get_rank() == 0:
+        saved = np.arange(table.size, dtype=np.float64)
+        table.write(0, saved)
+    comm.Barrier()
+    assert table.read()[slot] == slot
+    comm.Barrier()
+    if comm.Get_rank() == 0:
+        assert table.add(slot, 3) == slot and table.read()[slot] == slot + 3
+    comm.Barrier()
+    table.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_poll_sees_another_ranks_write_as_changed_until_it_reads():
+    """`changed` (each rank's count of its writes) tells a poll that another
+    rank wrote, and nothing more once it read the table."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    table = ControlTable(comm, 0, workers=size, servers=1)
+    table.read()
+    comm.Barrier()
+    assert not table.changed()
+    comm.Barrier()
+    if rank == size - 1:
+        table.write(table.worker_offset(rank, 1), [5.0, 6.0])
+    comm.Barrier()
+    assert table.changed()
+    assert table.worker_rows(table.read())[size - 1, 1:3].tolist() == [5.0, 6.0]
+    assert not table.changed()
     comm.Barrier()
     table.free()
 
@@ -374,3 +425,31 @@ def test_a_window_used_after_free_is_an_error_naming_it():
         handles[comm.Get_rank()].table.read()
     with pytest.raises(Freed):
         transport.first_to_fail()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_transport_renumbers_the_ranks_in_the_placements_order():
+    """`order` (rank 0's; the placement's, mpips/runtime/placement.py) makes
+    launched rank order[r] the transport's rank r: a split communicator on
+    which the windows are made, the hosts in the new order; the launcher's
+    own order splits nothing. Its end frees the split communicator."""
+    from mpi4py import MPI
+
+    from mpips.runtime.transport.mpi import MPITransport
+    from mpips.runtime.transport.protocols import LevelSpec
+
+    comm = MPI.COMM_WORLD
+    launched, size = comm.Get_rank(), comm.Get_size()
+    backwards = list(reversed(range(size)))
+    with MPITransport(comm, warn=30, timeout=60, order=lambda hosts: backwards) as transport:
+        assert transport.rank == size - 1 - launched and transport.ranks == [transport.rank]
+        assert transport.comm is not comm and transport.comm.Get_rank() == transport.rank
+        assert transport.allgather(launched, what="the launched ranks") == backwards
+        # a level's windows live on the renumbered ranks: server 0 is launched rank size - 1
+        handles = transport.level([LevelSpec(members=tuple(range(size)), servers=(0,), table_rows=size - 1,
+                                             slot_rows=tuple(range(size - 1)))], n=4, sparse=False)
+        assert list(handles) == [transport.rank]
+        placed = transport.comm
+    assert placed == MPI.COMM_NULL   # freed by the transport's end
+    with MPITransport(comm, warn=30, timeout=60, order=lambda hosts: list(range(len(hosts)))) as transport:
+        assert transport.comm is comm and transport.rank == launched
