@@ -41,7 +41,9 @@ from paradigms import WORKLOADS as COMPARE_WORKLOADS
 from paradigms import cluster_settings, scaled
 
 from mpips.experiments.compare import Comparison, parse_seeds
+from mpips.experiments.launch import Launches
 from mpips.io.log import RunLog
+from mpips.io.metrics import time_to_target
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES = ("none", "staleness", "delay-adaptive", "dc", "dc-adaptive")
@@ -83,24 +85,35 @@ def measured(run_dir: str, target: float) -> dict:
     return {"final": s["final_accuracy"], "best": s["best_accuracy"],
             "last": float(ev["accuracy"][-LAST:].mean()), "time_to_target": log.time_to_accuracy(target),
             "wall": s["wall_seconds"], "mean_tau": s["mean_tau"], "mean_factor": s["mean_async_factor"],
-            "mean_staleness": s["mean_staleness"]}
+            "mean_staleness": s["mean_staleness"], "pushes": s["pushes"],
+            "pushes_to_target": time_to_target(ev["pushes"], ev["accuracy"], target)}
 
 
-def section(workload: str, workers: int, cluster: str, seeds: list[int], args, before: dict | None) -> dict:
-    """Run (or reuse) one section's grid; every run's measurements by entry
-    and seed, added to those `before` (an earlier call's: a run of this call
-    replaces the same entry and seed)."""
+def section(workload: str, workers: int, cluster: str, seeds: list[int], args, before: dict | None,
+            grid=None) -> dict:
+    """Run (or reuse) one section's grid (default: `entries` of the
+    command line's); every run's measurements by entry and seed, added to
+    those `before` (an earlier call's: a run of this call replaces the same
+    entry and seed)."""
     make, _ = WORKLOADS[workload]
     work = make(workers)
     target = work.pop("target")
+    if getattr(args, "target", None):
+        target = args.target
     settings = {"servers": 1, "workers": workers, **work, "eval_every": work["epochs"] / EVALUATIONS,
                 "evaluator": True, "device_time": "20ms",
                 **({} if cluster == "none" else cluster_settings(cluster, workers))}
     name = f"{workload}-w{workers}-{cluster}"
-    grid = entries(args.paradigms, args.rules, args.momentum, args.lr_factors, work["lr"], workers)
+    if grid is None:
+        grid = entries(args.paradigms, args.rules, args.momentum, args.lr_factors, work["lr"], workers)
     comparison = Comparison(grid, seeds, settings, os.path.join(args.runs, name), simulate=True, reuse=True,
                             parallel=args.parallel, timeout=args.timeout)
-    done, failed = comparison.train()
+    with Launches() as launches:
+        lock = comparison.claim()
+        try:
+            done, failed = comparison.train(launches)
+        finally:
+            lock.release()
     runs = {entry: dict(by_seed) for entry, by_seed in (before or {}).get("runs", {}).items()}
     for run_dir, entry in comparison.labels.items():
         seed = run_dir.rsplit("-s", 1)[1]
@@ -115,7 +128,8 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-KEYS = ("final", "best", "last", "time_to_target", "wall", "mean_tau", "mean_factor", "mean_staleness")
+KEYS = ("final", "best", "last", "time_to_target", "wall", "mean_tau", "mean_factor", "mean_staleness", "pushes",
+        "pushes_to_target")
 
 
 def rows(sec: dict) -> list[dict]:
@@ -124,9 +138,9 @@ def rows(sec: dict) -> list[dict]:
     out = []
     for entry, by_seed in sec["runs"].items():
         ok = {seed: r for seed, r in by_seed.items() if not r.get("failed")}
-        mean = {k: _mean([r[k] for r in ok.values()]) for k in KEYS}
-        base = {k: _mean([bsp[seed][k] for seed in ok if seed in bsp and not bsp[seed].get("failed")])
-                for k in ("final", "last", "time_to_target")}
+        mean = {k: _mean([r.get(k) for r in ok.values()]) for k in KEYS}   # (pushes: since #50's DiLoCo grid)
+        base = {k: _mean([bsp[seed].get(k) for seed in ok if seed in bsp and not bsp[seed].get("failed")])
+                for k in ("final", "last", "time_to_target", "pushes", "pushes_to_target")}
         finals = [r["final"] for r in ok.values()]
         out.append({"entry": entry, "paradigm": entry.split(":")[0],
                     **dict(item.split("=") for item in entry.split(":")[1:]),
@@ -135,13 +149,18 @@ def rows(sec: dict) -> list[dict]:
                     "reached": sum(r["time_to_target"] is not None for r in ok.values()),
                     "final_vs_bsp": _minus(mean["final"], base["final"]),
                     "last_vs_bsp": _minus(mean["last"], base["last"]),
-                    "time_vs_bsp": (mean["time_to_target"] / base["time_to_target"]
-                                    if mean["time_to_target"] and base["time_to_target"] else None)})
+                    "time_vs_bsp": _over(mean["time_to_target"], base["time_to_target"]),
+                    "bsp_pushes_over": _over(base["pushes"], mean["pushes"]),
+                    "bsp_pushes_to_target_over": _over(base["pushes_to_target"], mean["pushes_to_target"])})
     return out
 
 
 def _minus(a, b):
     return None if a is None or b is None else a - b
+
+
+def _over(a, b):
+    return a / b if a and b else None
 
 
 def pct(v):

@@ -110,6 +110,9 @@ BENCHMARKS = (
     Benchmark("async-scale", "async_scale.py",
               "the asynchronous paradigms' update rules (async_rule) against BSP at the same sample budget, "
               "in the simulator: final accuracy minus BSP's and time to the target over BSP's"),
+    Benchmark("diloco", "diloco.py",
+              "DiLoCo's outer optimizer (outer lr x Nesterov momentum) over Local SGD's inner SGD and AdamW against "
+              "BSP at the same sample budget, in the simulator, 8 and 32 workers: final accuracy and pushes"),
     Benchmark("plan_validation", "plan_validation.py", "mpips plan's choice against every candidate trained"),
     Benchmark("test_margins", "test_margins.py", "the test suite's accuracy thresholds over seeds and CPU kernels"),
     Benchmark("gpu", "gpu.py", "CUDA workers sharing one GPU against one process and DDP (a lent GPU)"),

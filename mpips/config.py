@@ -74,7 +74,8 @@ class Config:
                                       "0 = the published 5000 (4000 + 1000)", low=0)
     seed: int = setting(0, "seed of data order, initial weights and emulated stragglers")
     # optimizer (applied at the servers) ------------------------------------
-    optimizer: str = setting("sgd", "server-side optimizer", choices=OPTIMIZERS)
+    optimizer: str = setting("sgd", "server-side optimizer; with localsgd the workers' inner one (adam: AdamW, "
+                                    "DiLoCo's)", choices=OPTIMIZERS)
     lr: float = setting(0.05, "learning rate of one update from workers x batch-size samples (pushes are "
                               "scaled 1/W)", low=0.0, low_open=True)
     momentum: float = setting(0.9, "SGD momentum", low=0.0, high=1.0, high_open=True)
