@@ -423,8 +423,9 @@ class ControlWindow(TableLayout, _Windows):
       only such accumulates (_INFO's acc_single_intrinsic). `read` returns
       them in their table cells.
 
-    Readers take the table with one `Get` (a few hundred bytes); each cell
-    is read whole, as it was under Accumulate (a Get never took the lock).
+    Readers take the table with one `Get` (a few hundred bytes), without a
+    lock: a cell is an aligned 8-byte word, which the copies of shared
+    memory and of the TCP transport move whole.
     """
 
     _wins = ("_win",)
