@@ -6,7 +6,9 @@
 One item per node, separated by ';': how many servers, group servers and
 workers it holds (each role's ranks fill the nodes in item order: the
 first node's servers are servers 0, 1, ..., the next node's the next
-ones) and its link's latency (seconds) and bandwidth (bytes/s). A pull or
+ones; servers and group servers it leaves out go one per node, server k
+on node k mod the nodes, as `--placement spread` puts them) and its
+link's latency (seconds) and bandwidth (bytes/s). A pull or
 a push between ranks of one node costs the intra-node path
 (--sim-latency, --sim-bandwidth); between two nodes the slower of their
 links: the larger latency, the smaller bandwidth. An evaluator (it
@@ -125,23 +127,32 @@ class NodeLinks:
         return "; ".join(node.items() for node in self.nodes)
 
     def check(self, layout) -> None:
-        """Every rank of `layout` (mpips/runtime/layout.py) placed once; a ConfigError otherwise."""
+        """Every worker of `layout` (mpips/runtime/layout.py) placed once, and
+        no more servers or group servers than it has; a ConfigError otherwise.
+        Servers and group servers the nodes leave out are placed as
+        `--placement spread` places them (`node_of`): a profile measured with
+        one server still simulates a candidate with two, or with GSSP's."""
         if not self.nodes:
             return
         for name in ROLES:
             placed, ranks = sum(getattr(n, name) for n in self.nodes), getattr(layout, name)
-            if placed != ranks:
+            if placed > ranks or (name == "workers" and placed != ranks):
                 raise ConfigError("sim_nodes", self.text(), f"places {placed} {name.replace('_', ' ')}; "
                                                             f"the job has {ranks}")
 
     def node_of(self, role: str, index: int) -> int:
         """The node of the `index`-th rank of `role` (server, group_server,
-        worker: the layout's names; an evaluator: the first node)."""
+        worker: the layout's names; an evaluator: the first node). A server
+        or group server beyond those the nodes place is on node index mod
+        the nodes (one per node, round robin, as `--placement spread`)."""
         name = role + "s"
         if not self.nodes or name not in ROLES:
             return 0
+        rest = index
         for k, node in enumerate(self.nodes):
-            index -= getattr(node, name)
-            if index < 0:
+            rest -= getattr(node, name)
+            if rest < 0:
                 return k
+        if name != "workers":
+            return index % len(self.nodes)
         raise IndexError(f"{role} {index} is on no node of {self.text()!r}")

@@ -66,6 +66,22 @@ def test_shards_on_several_nodes_end_with_the_slowest_path_and_the_own_link_carr
     assert beside.seconds(4 * n) == pytest.approx(1e-3 + 2 * n / 1e6, rel=1e-12)
 
 
+def test_servers_the_nodes_leave_out_go_one_per_node_as_placement_spread_puts_them(tmp_path):
+    """A profile measured with one server (a probe's `nodes`) still simulates
+    a candidate with more servers, or GSSP's group servers: server or group
+    server k on node k mod the nodes (--placement spread)."""
+    nodes = "servers=1,workers=2,latency=1e-4,bandwidth=1e9; workers=2,latency=1e-4,bandwidth=1e9; " \
+            "workers=2,latency=1e-4,bandwidth=1e9"
+    gssp = simulate(tmp_path / "gssp", "--paradigm", "gssp", "--groups", "3", "--workers", "6",
+                    "--sim-nodes", nodes)
+    hosts = {(p["role"], p["index"]): p["host"] for p in gssp.placement}
+    assert [hosts[("group_server", g)] for g in range(3)] == ["node1", "node2", "node3"], hosts
+    assert [hosts[("worker", j)] for j in range(6)] == ["node1", "node1", "node2", "node2", "node3", "node3"]
+    two = simulate(tmp_path / "two", "--paradigm", "bsp", "--servers", "2", "--workers", "6", "--sim-nodes", nodes)
+    assert {(p["role"], p["index"]): p["host"] for p in two.placement if p["role"] == "server"} == \
+        {("server", 0): "node1", ("server", 1): "node2"}
+
+
 @pytest.mark.parametrize("nodes, says", [
     ("servers=1,workers=1,latency=1e-4,bandwidth=1e9", "places 1 workers; the job has 2"),
     ("servers=2,workers=2,latency=1e-4,bandwidth=1e9", "places 2 servers; the job has 1"),
