@@ -117,3 +117,23 @@ def test_backup_workers_drop_the_slow_links_pushes_and_lbbsp_balances_compute_on
     lbbsp = simulate(tmp_path / "lbbsp", "--paradigm", "lbbsp", *flags)
     it = lbbsp.iterations
     assert set(it["batch"].tolist()) == {int(lbbsp.config["batch_size"])}, np.unique(it["batch"])
+
+
+def test_gssp_with_a_group_per_node_keeps_the_slow_link_off_its_workers_pushes(tmp_path):
+    """GSSP groups by compute speed, so a slow link does not regroup it; with
+    a group server on each node (as --placement spread puts them) the slow
+    node's workers push to the group server beside them, and only the group
+    server's exchanges with the global server cross the slow link, where
+    SSP's every pull and push of those workers does."""
+    flags = ("--workers", "6", "--sim-nodes", SLOW_THIRD, "--device-time", "5ms", "--iterations", "12")
+    gssp = simulate(tmp_path / "gssp", "--paradigm", "gssp", "--groups", "3", *flags)
+    ssp = simulate(tmp_path / "ssp", "--paradigm", "ssp", *flags)
+
+    def transfer(log, workers) -> float:   # median pull + push, seconds
+        it = log.iterations
+        rows = it[np.isin(it["worker"], workers)]
+        return float(np.median(rows["pull"] + rows["push"]))
+
+    nbytes = int(gssp.iterations["bytes_sent"][0])
+    assert transfer(gssp, [4, 5]) == pytest.approx(2 * (INTRA[0] + nbytes / INTRA[1]), rel=1e-3)
+    assert transfer(ssp, [4, 5]) == pytest.approx(2 * (1e-3 + nbytes / 1e7), rel=1e-3)
