@@ -140,12 +140,12 @@ class Config:
                                      "files (off: such a directory is refused; a checkpoint is resumed)")
     eval_every: float = setting(1.0, "evaluate every this many epochs of updates", low=0.0, low_open=True,
                                 high=1e6)
-    placement: str = setting("spread", "which launched ranks take the servers' roles, by host (a job across "
-                                       "nodes; on one node both are the launcher's order): spread = servers one "
-                                       "per node round robin, group servers likewise, workers node by node (GSSP's "
-                                       "groups one per node); packed = the launcher's order, servers on the first "
-                                       "ranks (under Slurm's block distribution all on the first node); simulate: "
-                                       "--sim-nodes says each node's roles",
+    placement: str = setting("packed", "which launched ranks take the servers' roles, by host (a job across "
+                                       "nodes; on one node both are the launcher's order): packed = the "
+                                       "launcher's order, servers on the first ranks (under Slurm's block "
+                                       "distribution all on the first node); spread = servers one per node round "
+                                       "robin, group servers likewise, workers node by node (GSSP's groups one per "
+                                       "node); simulate: --sim-nodes says each node's roles",
                              choices=PLACEMENTS)
     evaluator: bool = setting(False, "evaluate on one extra rank (after the workers) that reads the "
                                      "parameters without stopping anyone; off: server 0 evaluates inline")

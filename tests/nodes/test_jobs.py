@@ -66,7 +66,8 @@ def test_paradigms_across_three_nodes(cluster, tmp_path, bsp_one_node):
         "bsp": ("bsp", {"OMPI_MCA_btl": "self,sm"}, ["-N", "3", "-n", "5"]),
         "ssp": ("ssp", {"MPIPS_DATASET": "mnist1d", "MPIPS_MODEL": "mlp", "MPIPS_CACHE": cache},
                 ["-N", "3", "-n", "5"]),
-        "gssp": ("gssp", {"MPIPS_GROUPS": "3", "MPIPS_WORKERS": "3"}, ["-N", "3", "-n", "7"]),
+        "gssp": ("gssp", {"MPIPS_GROUPS": "3", "MPIPS_WORKERS": "3", "MPIPS_PLACEMENT": "spread"},
+                 ["-N", "3", "-n", "7"]),
         "localsgd": ("localsgd", {"MPIPS_LAUNCHER": "srun"}, ["-N", "3", "-n", "5"]),
     })
     nodes = {n.name for n in cluster.nodes}
@@ -77,10 +78,10 @@ def test_paradigms_across_three_nodes(cluster, tmp_path, bsp_one_node):
         assert log.summary()["final_accuracy"] > 0.3, (name, log.summary())
     assert "reaches no other node: using self,sm,tcp" in output(cluster, ids["bsp"])
     assert "launcher: srun --mpi=pmix" in output(cluster, ids["localsgd"]), output(cluster, ids["localsgd"])
-    # the same model as on one node, bit for bit, every sample once
-    # GSSP's group servers one per node (the default placement, spread)
+    # GSSP's group servers one per node (placement spread)
     gssp = RunLog(str(tmp_path / "gssp")).placement
     assert len({p["host"] for p in gssp if p["role"] == "group_server"}) == 3, gssp
+    # the same model as on one node, bit for bit, every sample once
     bsp = RunLog(str(tmp_path / "bsp"))
     np.testing.assert_array_equal(bsp.final_params(), bsp_one_node.final_params())
     assert_each_sample_once(bsp)
@@ -90,14 +91,14 @@ def test_paradigms_across_three_nodes(cluster, tmp_path, bsp_one_node):
 
 def test_placement_spreads_the_servers_and_changes_no_result(cluster, tmp_path):
     """BSP with 3 servers, 2 ranks on each node (Slurm's block distribution):
-    packed (the launcher's order) puts servers 0 and 1 on the first node,
-    spread (the default) one on each; the parameters are the same bit for
+    packed (the launcher's order, the default) puts servers 0 and 1 on the
+    first node, spread one on each; the parameters are the same bit for
     bit (a role's index, not its host, decides what it computes)."""
     per_node = ["-N", "3", "-n", "6", "--ntasks-per-node", "2"]
     three = {"MPIPS_SERVERS": "3", "MPIPS_WORKERS": "3"}
     submit_all(cluster, tmp_path, {
-        "packed": ("bsp", {**three, "MPIPS_PLACEMENT": "packed"}, per_node),
-        "spread": ("bsp", three, per_node)})
+        "packed": ("bsp", three, per_node),
+        "spread": ("bsp", {**three, "MPIPS_PLACEMENT": "spread"}, per_node)})
     packed, spread = (RunLog(str(tmp_path / name)) for name in ("packed", "spread"))
     assert nodes_label(packed.by_node()) == "3 nodes: 2S, S+W, 2W", packed.placement
     assert nodes_label(spread.by_node()) == "3 nodes: S+W, S+W, S+W", spread.placement
