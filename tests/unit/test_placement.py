@@ -94,7 +94,8 @@ def test_a_placement_is_checked():
         role_order(["a", "b"], layout, "spread")
     # a layout the job refuses (one rank): the launcher's order, and the layout's own check speaks
     assert placed_order(Config(), ["a"]) == [0]
-    assert placed_order(Config(servers=2), BLOCK) == [0, 2, 1, 3, 4, 5]
+    assert placed_order(Config(servers=2), BLOCK) == [0, 1, 2, 3, 4, 5]   # packed, the default
+    assert placed_order(Config(servers=2, placement="spread"), BLOCK) == [0, 2, 1, 3, 4, 5]
 
 
 def test_the_layout_places_each_rank_with_its_role():
