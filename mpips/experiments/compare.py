@@ -153,7 +153,11 @@ class Comparison:
         did not own: a second comparison's live runs, a user's files, a
         folder outside --runs). --overwrite (and --reuse, for a run of the
         same entry and seed) replaces a run's files only (io/rundir.py,
-        `claim`). OptionError naming each directory refused."""
+        `claim`). OptionError naming each directory refused; --runs is made
+        where missing."""
+        why = folder_problem(self.runs)
+        if why:
+            raise OptionError("--runs", self.runs, f"cannot write there ({why})")
         try:
             lock = RunDirLock(self.runs, option="runs")
         except ConfigError as e:

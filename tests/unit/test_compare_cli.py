@@ -193,3 +193,18 @@ def test_why_a_run_failed(tmp_path):
     for text, reason in cases.items():
         out.write_text("mpiexec -n 5 python -m mpips train --run-dir errors/x\n" + text)
         assert failure_reason(str(out)) == reason
+
+
+def test_claim_makes_a_missing_runs_folder_and_holds_it(tmp_path):
+    runs = tmp_path / "new" / "section"
+    c = Comparison(["bsp"], [0], {"workers": 2}, str(runs), simulate=True)
+    lock = c.claim()
+    try:
+        assert runs.is_dir() and (runs / ".lock").is_file()
+        with pytest.raises(OptionError, match="in use"):
+            Comparison(["bsp"], [1], {"workers": 2}, str(runs), simulate=True).claim()
+    finally:
+        lock.release()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OptionError, match="cannot write there"):
+        Comparison(["bsp"], [0], {"workers": 2}, str(tmp_path / "file"), simulate=True).claim()
