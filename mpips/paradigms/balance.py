@@ -1,7 +1,9 @@
 """LB-BSP batch allocation: split a fixed global batch X by predicted speed.
 
 `allocate` gives each worker a share proportional to its predicted speed
-(linear time model), so all finish a round together; `BatchRefiner` corrects
+(linear time model), so all finish a round together; given each worker's
+fixed seconds a round (its pull and push, which no batch size changes), the
+shares that make compute plus those seconds end together; `BatchRefiner` corrects
 that split from measured finish times when time is not linear in batch size
 (GPU-style). Both keep the sum exactly X and every batch in [1, cap].
 Pure numpy: no MPI, no torch.
@@ -32,19 +34,33 @@ def _known_speeds(speeds: ArrayLike) -> np.ndarray:
     return v
 
 
-def _bounded_shares(total: int, v: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """Real shares clip(lam * v_i, lo, hi) summing to `total` (water-filling).
+def _known_seconds(seconds: ArrayLike, w: int) -> np.ndarray:
+    """Seconds >= 0 with unknown entries (< 0, NaN, inf) as the mean of the
+    known ones, or 0 when none is known."""
+    t = np.asarray(seconds, dtype=float).reshape(-1)
+    if len(t) != w:
+        raise ValueError(f"{w} speeds but {len(t)} fixed times")
+    known = np.isfinite(t) & (t >= 0)
+    return np.where(known, t, t[known].mean() if known.any() else 0.0)
 
-    f(lam) = sum_i clip(lam v_i, lo, hi) is non-decreasing and piecewise linear
-    with breakpoints at lo/v_i and hi/v_i; find the segment where it crosses
-    `total` and solve on it. What a cap cuts off thus goes to the unclipped
-    workers in proportion to their speeds (and the floor of 1 is paid by them
-    in the same proportion).
+
+def _bounded_shares(total: int, v: np.ndarray, lo: float, hi: float,
+                    fixed: np.ndarray | None = None) -> np.ndarray:
+    """Real shares clip(v_i (lam - t_i), lo, hi) summing to `total`
+    (water-filling); t_i: `fixed`, 0 where not given. lam is then the round's
+    time, t_i + x_i / v_i for every worker within its bounds.
+
+    f(lam) = sum_i clip(v_i (lam - t_i), lo, hi) is non-decreasing and piecewise
+    linear with breakpoints at t_i + lo/v_i and t_i + hi/v_i; find the segment
+    where it crosses `total` and solve on it. What a cap cuts off thus goes to
+    the unclipped workers in proportion to their speeds (and the floor of 1 is
+    paid by them in the same proportion).
     """
-    bps = np.unique(np.concatenate([lo / v, hi / v]))
+    t = np.zeros_like(v) if fixed is None else fixed
+    bps = np.unique(np.concatenate([t + lo / v, t + hi / v]))
 
     def f(k: int) -> float:
-        x = bps[k] * v
+        x = (bps[k] - t) * v
         np.maximum(x, lo, out=x)   # np.clip, without its dispatch (microseconds a call)
         np.minimum(x, hi, out=x)
         return x.sum()
@@ -60,7 +76,7 @@ def _bounded_shares(total: int, v: np.ndarray, lo: float, hi: float) -> np.ndarr
     else:
         l0, l1, f0, f1 = bps[k - 1], bps[k], f(k - 1), f(k)
         lam = l0 + (total - f0) * (l1 - l0) / (f1 - f0)
-    return np.clip(lam * v, lo, hi)
+    return np.clip((lam - t) * v, lo, hi)
 
 
 def _round_to_sum(real: np.ndarray, total: int, lo: int, hi: int) -> np.ndarray:
@@ -82,7 +98,7 @@ def _round_to_sum(real: np.ndarray, total: int, lo: int, hi: int) -> np.ndarray:
     return x
 
 
-def allocate(total: int, speeds: ArrayLike, cap: int = 0) -> np.ndarray:
+def allocate(total: int, speeds: ArrayLike, cap: int = 0, fixed: ArrayLike | None = None) -> np.ndarray:
     """Per-worker batch sizes x_i ~ X * v_i / sum_j v_j, summing exactly to X.
 
     `total` is the global batch X, `speeds` the predicted samples/s per worker
@@ -90,6 +106,12 @@ def allocate(total: int, speeds: ArrayLike, cap: int = 0) -> np.ndarray:
     speeds; all unknown = equal split), `cap` the largest batch of one worker
     (0 = none). Every x_i is >= 1 and <= cap. Without a binding bound,
     |x_i - X v_i / sum v| < 1 (largest-remainder rounding).
+
+    `fixed`: each worker's seconds a round that do not grow with its batch
+    (pull and push; unknown entries as the mean of the known ones, all
+    unknown as 0). Then x_i ~ v_i (T - t_i), T = (X + sum_j v_j t_j) / sum_j v_j,
+    so that t_i + x_i / v_i is T for every worker within its bounds: a worker
+    behind a slower link computes on fewer samples.
 
     Raises ConfigError('global_batch', ...) when X < W or X > cap * W.
     """
@@ -111,7 +133,8 @@ def allocate(total: int, speeds: ArrayLike, cap: int = 0) -> np.ndarray:
         raise ConfigError("global_batch", total,
                           f"must be <= batch_cap x workers ({cap} x {w} = {cap * w})")
     hi = cap if cap > 0 else total
-    real = _bounded_shares(total, v, 1.0, float(hi))
+    t = None if fixed is None else _known_seconds(fixed, w)
+    real = _bounded_shares(total, v, 1.0, float(hi), t)
     return _round_to_sum(real, total, 1, hi)
 
 

@@ -191,8 +191,8 @@ class Paradigm:
         return Push(scale=1.0 / self.num_workers)
 
     def extras(self, worker: int, clock: int) -> tuple[float, ...]:
-        """Up to 4 values this worker publishes in its control row
-        (EXTRA0..EXTRA3) with every tick, e.g. DSSP credits; every worker
+        """Up to 6 values (view.EXTRAS) this worker publishes in its control row
+        (EXTRA0..EXTRA5) with every tick, e.g. DSSP credits; every worker
         reads them back as `ClusterView.extras`."""
         return ()
 
@@ -202,10 +202,12 @@ class Paradigm:
         compressor's own."""
         return None
 
-    def measured(self, worker: int, *, clock: int, batch: int, compute: float) -> dict[str, Any] | None:
+    def measured(self, worker: int, *, clock: int, batch: int, compute: float,
+                 transfer: float) -> dict[str, Any] | None:
         """The worker computed iteration `clock` (0-based) on `batch` samples in
-        `compute` seconds (forward/backward plus emulated slowdown), just
-        before its tick; returns an event to log (with "kind"), or None."""
+        `compute` seconds (forward/backward plus emulated slowdown) and spent
+        `transfer` seconds in its pull and push, just before its tick;
+        returns an event to log (with "kind"), or None."""
         return None
 
     def state(self) -> dict[str, Any]:

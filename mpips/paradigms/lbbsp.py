@@ -8,8 +8,9 @@ of the round's X samples, so a round is one SGD step on X samples as in BSP.
 
 Agreement without messages: every worker computes each round's whole split
 from numbers all workers published. At the tick that ends round r, worker j
-publishes (its predicted speed for round r+1, its compute seconds of round r)
-in the extras pair of parity (r+1) % 2. Worker i computes round c's split
+publishes (its predicted speed for round r+1, its compute seconds of round r,
+its predicted transfer seconds for round r+1) in the extras triple of parity
+(r+1) % 2. Worker i computes round c's split
 once its gate has passed, i.e. once every round c-1 push is applied, so every
 worker has published its round-c pair. A fast worker may meanwhile have done
 round c and published for round c+1, but into the other parity, and it cannot
@@ -23,9 +24,17 @@ is what balancing removes, so neither belongs in a speed. The speed (and,
 for NARX, the machine's CPU and memory utilisation) feeds the worker's own
 predictor (`predictor`: ewma or narx).
 
+Transfer (`lbbsp_transfer`): the seconds of a worker's iteration outside its
+compute (pull, push), an EWMA of them, are fixed costs of its round. With
+the option the split makes compute plus transfer end together,
+x_i = v_i (T - t_i) (`allocate`'s `fixed`): a worker behind a slower link,
+whose pulls and pushes take longer, computes on fewer samples, as a slower
+worker does. Without it (the default) the split balances compute alone, as
+in the paper, whose workers share one network.
+
 Refinement (`lbbsp_refine`), for compute time not linear in batch size: from
 round 2 on, every worker runs the same `BatchRefiner` on the previous split
-and the published compute times, so the replicas stay identical. When the
+and the published compute times (plus transfer times with `lbbsp_transfer`), so the replicas stay identical. When the
 refiner has settled (it stops moving) and the spread of compute times grows
 past twice its epsilon again, the cluster changed: the split restarts from
 the predictions and the refiner from its initial step.
@@ -34,9 +43,11 @@ Log: the iterations table's `batch` column is the split over time. Events:
 `lbbsp_speed`, every worker every round (round, batch, compute, actual =
 batch/compute, predicted = what this worker predicted for the round, next =
 its prediction for the next round, cpu, mem: nan unless the predictor uses
-them); `lbbsp_round`, from worker 0 when round r+1's gate opens (round r,
-spread = latest minus earliest push time of round r, finish = the push
-times, compute = the compute seconds, batches = the split).
+them, transfer = pull and push seconds, next_transfer = their EWMA);
+`lbbsp_round`, from worker 0 when round r+1's gate opens (round r, spread =
+latest minus earliest push time of round r, finish = the push times,
+compute = the compute seconds, transfer = the published transfer
+predictions for round r+1, batches = the split).
 """
 from __future__ import annotations
 
@@ -50,15 +61,16 @@ from .balance import BatchRefiner, allocate
 from .base import Options, Push
 from .bsp import BSP
 from .gates import Gate
-from .predict import PREDICTORS, SpeedPredictor, make_predictor, utilisation
+from .predict import EWMA, PREDICTORS, SpeedPredictor, make_predictor, utilisation
 from .view import ClusterView
 
 
-def published(view: ClusterView, round_: int) -> tuple[np.ndarray, np.ndarray]:
+def published(view: ClusterView, round_: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every worker's (predicted speed for `round_`, compute seconds of
-    `round_ - 1`), from the extras pair of the round's parity."""
-    p = 2 * (round_ % 2)
-    return view.extras[:, p].copy(), view.extras[:, p + 1].copy()
+    `round_ - 1`, predicted transfer seconds for `round_`: < 0 unknown), from
+    the extras triple of the round's parity."""
+    p = 3 * (round_ % 2)
+    return view.extras[:, p].copy(), view.extras[:, p + 1].copy(), view.extras[:, p + 2].copy()
 
 
 def round_push_times(view: ClusterView, round_: int) -> np.ndarray:
@@ -77,6 +89,9 @@ class LBBSPOptions(Options):
     lbbsp_refine: bool = setting(False, "after the first predicted split, move samples from the slowest "
                                         "to the fastest worker by measured compute times (time not "
                                         "linear in batch size)")
+    lbbsp_transfer: bool = setting(False, "split so that compute plus each worker's measured pull and "
+                                          "push end together: a worker behind a slower link gets "
+                                          "fewer samples")
 
 
 class LBBSP(BSP):
@@ -92,7 +107,8 @@ class LBBSP(BSP):
         self.refiner = BatchRefiner(self.total, cap=self.cap) if options.lbbsp_refine else None
         self.splits: dict[int, np.ndarray] = {}     # round -> split (the last two rounds)
         self.predictors: dict[int, SpeedPredictor] = {}     # worker -> its predictor (one per process)
-        self.slots: dict[int, list[float]] = {}     # worker -> its four published extras
+        self.transfers: dict[int, EWMA] = {}        # worker -> the EWMA of its pull + push seconds
+        self.slots: dict[int, list[float]] = {}     # worker -> its six published extras
         self.predicted: dict[int, float] = {}       # worker -> its prediction for its next round
 
     # the split ----------------------------------------------------------------
@@ -103,15 +119,19 @@ class LBBSP(BSP):
         if round_ == 0:
             x = self.equal
         else:
-            speeds, times = published(view, round_)
+            speeds, times, transfers = published(view, round_)
+            fixed = None
+            if self.options.lbbsp_transfer:
+                fixed = transfers
+                times = times + np.maximum(transfers, 0.0)
             previous = self.splits.get(round_ - 1)
             if self.refiner is None or round_ == 1 or previous is None:
-                x = allocate(self.total, speeds, self.cap)
+                x = allocate(self.total, speeds, self.cap, fixed)
                 if self.refiner is not None:
                     self.refiner.reset()
             elif self.refiner.settled and self.refiner.spread(times) > 2 * self.refiner.epsilon:
                 self.refiner.reset()
-                x = allocate(self.total, speeds, self.cap)
+                x = allocate(self.total, speeds, self.cap, fixed)
             else:
                 x = self.refiner.update(previous, times)
         self.splits = {r: s for r, s in self.splits.items() if r == round_ - 1}
@@ -141,32 +161,36 @@ class LBBSP(BSP):
         if worker == 0 and gate.ok and c >= 1 and c - 1 in self.splits:
             # Every push of round c-1 is in: log how unevenly the round ended.
             finish = round_push_times(view, c - 1)
-            _, times = published(view, c)
+            _, times, transfers = published(view, c)
             gate = Gate(True, event={
                 "kind": "lbbsp_round", "round": c - 1,
                 "spread": float(np.nanmax(finish) - np.nanmin(finish)),
-                "finish": finish.tolist(), "compute": times.tolist(),
+                "finish": finish.tolist(), "compute": times.tolist(), "transfer": transfers.tolist(),
                 "batches": self.splits[c - 1].tolist()})
         return gate
 
     # this worker's speed --------------------------------------------------------
-    def measured(self, worker, *, clock, batch, compute):
+    def measured(self, worker, *, clock, batch, compute, transfer):
         predictor = self.predictors.get(worker)
         if predictor is None:
             predictor = make_predictor(self.options.predictor, seed=self.config.seed + worker)
             self.predictors[worker] = predictor
-        slots = self.slots.setdefault(worker, [0.0] * 4)
+        slots = self.slots.setdefault(worker, [0.0, 0.0, -1.0] * 2)
         speed = batch / compute if compute > 0 else math.nan
         # psutil costs ~0.1-0.5 ms on the round's critical path: only for a predictor that uses it.
         cpu, mem = utilisation() if predictor.exogenous else (math.nan, math.nan)
         predictor.observe(speed, cpu, mem)
         nxt = predictor.predict()
         nxt = nxt if math.isfinite(nxt) and nxt > 0 else 0.0   # 0: unknown to allocate()
-        p = 2 * ((clock + 1) % 2)
-        slots[p:p + 2] = [nxt, compute]
+        fixed = self.transfers.setdefault(worker, EWMA())
+        fixed.observe(transfer)
+        next_transfer = fixed.predict()
+        next_transfer = next_transfer if math.isfinite(next_transfer) else -1.0   # < 0: unknown
+        p = 3 * ((clock + 1) % 2)
+        slots[p:p + 3] = [nxt, compute, next_transfer]
         event = {"kind": "lbbsp_speed", "round": clock, "batch": batch, "compute": compute,
                  "actual": speed, "predicted": self.predicted.get(worker, math.nan),
-                 "next": nxt, "cpu": cpu, "mem": mem}
+                 "next": nxt, "cpu": cpu, "mem": mem, "transfer": transfer, "next_transfer": next_transfer}
         self.predicted[worker] = nxt
         return event
 
@@ -174,16 +198,18 @@ class LBBSP(BSP):
         return tuple(self.slots.get(worker, ()))
 
     def state(self):
-        # The slots above all: a tick rewrites both pairs, and zeros in the
-        # pair a slower worker has yet to read would split its round differently.
-        # Predictors are not kept: they learn again from the first round.
+        # The slots above all: a tick rewrites both triples, and zeros in the
+        # triple a slower worker has yet to read would split its round differently.
+        # Predictors (speed and transfer) are not kept: they learn again from the first round.
         return {"splits": dict(self.splits), "slots": dict(self.slots),
                 "predicted": dict(self.predicted),
                 "refiner": None if self.refiner is None else self.refiner.state()}
 
     def load_state(self, state):
         self.splits = {int(r): np.asarray(x, dtype=np.int64) for r, x in state["splits"].items()}
-        self.slots = {int(w): list(v) for w, v in state["slots"].items()}
+        # an older checkpoint's pairs (speed, compute) by parity: transfer unknown
+        self.slots = {int(w): list(v) if len(v) == 6 else [*v[:2], -1.0, *v[2:], -1.0]
+                      for w, v in state["slots"].items()}
         self.predicted = {int(w): float(v) for w, v in state["predicted"].items()}
         if self.refiner is not None and state["refiner"] is not None:
             self.refiner.load_state(state["refiner"])

@@ -106,7 +106,7 @@ class LocalSGD(Paradigm):
         # the outer rule's own: asynchrony's momentum compensation is for gradients
         return lr, momentum
 
-    def measured(self, worker, *, clock, batch, compute):
+    def measured(self, worker, *, clock, batch, compute, transfer):
         if compute > 0:
             self.speeds[worker] = batch / compute
         return None

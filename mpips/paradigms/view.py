@@ -14,6 +14,7 @@ SLOT_MODE = 0
 SLOT_MODE_CLOCK = 1
 SLOT_EXTRA0 = 2     # paradigm-specific
 SLOT_EXTRA1 = 3
+EXTRAS = 6         # the values a worker publishes with every tick (Paradigm.extras)
 # In a group's control table (a paradigm with a second level of servers,
 # `Paradigm.group_servers`): the group's speed rank, which its group server writes.
 SLOT_GROUP_SPEED_RANK = SLOT_EXTRA0
@@ -40,7 +41,7 @@ class ClusterView:
                  mode_clock: int = 0,         # clock at which `mode` takes effect (-1: being decided)
                  path_length: float = 0.0,    # sum of norms of applied updates (VSGD bound)
                  update_norm_ema: float = 0.0,   # EMA of one full update's norm (servers' root-sum-square)
-                 extras: np.ndarray | None = None,   # (W, 4) float: what each worker's extras() published
+                 extras: np.ndarray | None = None,   # (W, EXTRAS) float: what each worker's extras() published
                  slots: tuple[float, float] = (0.0, 0.0),   # the global slots SLOT_EXTRA0, SLOT_EXTRA1
                  steps: int = 0,              # optimizer steps taken by the servers (min over servers)
                  server_steps: np.ndarray | None = None,     # (S,) int: each server's steps
@@ -52,7 +53,7 @@ class ClusterView:
         self.push_times, self.iter_times = push_times, iter_times
         self.updates, self.mode, self.mode_clock = updates, mode, mode_clock
         self.path_length, self.update_norm_ema = path_length, update_norm_ema
-        self.extras = np.zeros((len(clocks), 4)) if extras is None else extras
+        self.extras = np.zeros((len(clocks), EXTRAS)) if extras is None else extras
         self.slots = slots
         self.steps = steps
         # not given (a view made by hand): one server, whose steps and applied counts these are

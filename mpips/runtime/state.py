@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..paradigms.value_staleness import norm_of_shards
-from ..paradigms.view import SLOT_MODE, SLOT_MODE_CLOCK, ClusterView
+from ..paradigms.view import EXTRAS, SLOT_MODE, SLOT_MODE_CLOCK, ClusterView
 
 
 def shard_bounds(n: int, servers: int) -> list[tuple[int, int]]:
@@ -127,10 +127,13 @@ class W(IntEnum):
     EXTRA1 = 10
     EXTRA2 = 11
     EXTRA3 = 12
-    HALTED = 13      # the last checkpoint request this worker stopped for (mpips/runtime/recovery/checkpointer.py)
+    EXTRA4 = 13
+    EXTRA5 = 14
+    HALTED = 15      # the last checkpoint request this worker stopped for (mpips/runtime/recovery/checkpointer.py)
 
 
 _HALTED = int(W.HALTED)
+assert _HALTED - W.EXTRA0 == EXTRAS   # the cells between are the extras
 
 
 def publish_client_row(control, index: int, *, clock: int, push_times, busy: float, done: bool,
@@ -378,7 +381,7 @@ class TableView(ClusterView):
 
     @field(cells=PER_WORKER)
     def extras(self) -> np.ndarray:
-        return self._w[:, W.EXTRA0:W.EXTRA3 + 1].copy()
+        return self._w[:, W.EXTRA0:W.EXTRA5 + 1].copy()
 
     @field(cells=lambda table: [int(G.EXTRA0), int(G.EXTRA1)])
     def slots(self) -> tuple[float, float]:

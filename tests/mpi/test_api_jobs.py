@@ -130,7 +130,7 @@ class EveryOther(Paradigm):
             return Gate(False, (worker,))
         return bounded_gate(worker, view, self.options.bound)
 
-    def measured(self, worker, *, clock, batch, compute):
+    def measured(self, worker, *, clock, batch, compute, transfer):
         if not self.told:
             self.told = True
             return {"kind": "every_other", "period": self.period, "polls": self.polls}

@@ -19,6 +19,7 @@ from tests.oracles import assert_each_sample_once
 
 REPO = Path(__file__).resolve().parents[2]
 BSP = REPO / "jobs" / "bsp.slurm"
+LBBSP = REPO / "jobs" / "lbbsp.slurm"
 STALL = 60   # seconds: MPIPS_STALL_TIMEOUT of these jobs
 # BSP, 1 server + 4 workers, 6 epochs of the digits MLP at 20 ms an iteration: long
 # enough to be cut after a checkpoint (one every 2 s) and before the end
@@ -207,7 +208,9 @@ def test_a_node_with_a_ten_times_slower_link(cluster, tmp_path, shaped):
     """Every link at 100 Mbit/s but one node's at 10: the job finishes, and
     its log shows the slow node's pulls and pushes longer than those of the
     workers on the other node the server is not on (69 KB each way an
-    iteration: 55 ms at 10 Mbit/s, 5.5 at 100)."""
+    iteration: 55 ms at 10 Mbit/s, 5.5 at 100). LB-BSP with
+    --lbbsp-transfer gives the slow node's workers fewer samples than the
+    other remote node's, as it does a slower worker."""
     nodes = [n.name for n in cluster.nodes]
     slow = nodes[-1]   # Slurm fills the first node first: the server's is nodes[0]
     shaped({**{n: "100mbit" for n in nodes}, slow: "10mbit"})
@@ -227,3 +230,17 @@ def test_a_node_with_a_ten_times_slower_link(cluster, tmp_path, shaped):
 
     other = next(n for n in nodes[1:] if n != slow)
     assert transfer(slow) > 2 * transfer(other), (transfer(slow), transfer(other))
+
+    run = tmp_path / "lbbsp"
+    job = cluster.submit(LBBSP, env={"MPIPS_EPOCHS": "2", "MPIPS_RUN_DIR": run, "MPIPS_ARGS": "--lbbsp-transfer"},
+                         args=["-N", "3", "-n", "5"], cwd=tmp_path)
+    assert cluster.wait(job, timeout=600) == "COMPLETED", cluster.describe(job)
+    log = RunLog(str(run))
+    by_node, it = log.by_node(), log.iterations
+    later = it[it["clock"] >= 2]    # round 0 is even, round 1 rests on one measurement
+
+    def batch(node: str) -> float:   # median batch of the node's workers
+        workers = [r["index"] for r in by_node[node] if r["role"] == "worker"]
+        return float(np.median(later[np.isin(later["worker"], workers)]["batch"]))
+
+    assert batch(slow) < batch(other), (batch(slow), batch(other))

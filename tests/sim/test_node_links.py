@@ -12,6 +12,7 @@ from mpips.io.log import RunLog
 from mpips.node_links import NodeLinks
 from mpips.runtime.state import shard_bounds
 from mpips.runtime.transport.local import Network
+from tests.sim.test_simulator import push_ends
 
 INTRA = (20e-6, 10e9)   # --sim-latency, --sim-bandwidth: within a node
 
@@ -104,19 +105,38 @@ SLOW_THIRD = ("servers=1,workers=2,latency=2e-5,bandwidth=1e10; workers=2,latenc
               "workers=2,latency=1e-3,bandwidth=1e7")
 
 
-def test_backup_workers_drop_the_slow_links_pushes_and_lbbsp_balances_compute_only(tmp_path):
+def test_backup_workers_drop_the_slow_links_pushes_and_lbbsp_with_transfer_gives_them_fewer_samples(tmp_path):
     """A slow link is a slow worker to BSP with backup workers: with as many
     backups as workers behind it, every dropped push is theirs and no other
-    worker's is ever dropped. LB-BSP balances the part of a round that grows
-    with the batch (its speeds are batch / compute seconds: docs/paradigms.md),
-    so a slow link moves no samples: the split stays even."""
+    worker's is ever dropped. LB-BSP by default balances the part of a round
+    that grows with the batch (its speeds are batch / compute seconds), so a
+    slow link moves no samples; with --lbbsp-transfer it balances compute
+    plus pull and push, and the slow link's workers get fewer samples (here
+    the floor, one: their transfer alone outlasts the others' whole round),
+    which shortens every round by the compute they no longer do."""
     flags = ("--workers", "6", "--sim-nodes", SLOW_THIRD, "--device-time", "5ms", "--iterations", "12")
     backup = simulate(tmp_path / "backup", "--paradigm", "backup", "--backup-workers", "2", *flags)
     dropped = [e["worker"] for e in backup.events("dropped_push")]
     assert len(dropped) >= 6 and set(dropped) == {4, 5}, dropped   # 8 here
-    lbbsp = simulate(tmp_path / "lbbsp", "--paradigm", "lbbsp", *flags)
-    it = lbbsp.iterations
-    assert set(it["batch"].tolist()) == {int(lbbsp.config["batch_size"])}, np.unique(it["batch"])
+    compute_only = simulate(tmp_path / "lbbsp", "--paradigm", "lbbsp", *flags)
+    it = compute_only.iterations
+    assert set(it["batch"].tolist()) == {int(compute_only.config["batch_size"])}, np.unique(it["batch"])
+    balanced = simulate(tmp_path / "transfer", "--paradigm", "lbbsp", "--lbbsp-transfer", *flags)
+    it = balanced.iterations
+    later = it[it["clock"] >= 2]     # round 0 is even; round 1's split rests on one measurement
+    slow, fast = later[np.isin(later["worker"], [4, 5])], later[later["worker"] < 4]
+    assert (slow["batch"] == 1).all() and (fast["batch"] > int(balanced.config["batch_size"])).all()
+    assert (np.bincount(it["clock"], weights=it["batch"]) == 6 * int(balanced.config["batch_size"])).all()
+
+    def round_seconds(log) -> float:   # the mean time between round 2's first push and the last round's
+        ends = push_ends(log.iterations)
+        clocks = log.iterations["clock"]
+        return float((ends[clocks == 11].max() - ends[clocks == 2].max()) / 9)
+
+    # The slow link's transfer (16 ms) still bounds a round; what the move saves is
+    # its workers' compute, 5 ms on 16 samples against 5/16 ms on one.
+    saved = round_seconds(compute_only) - round_seconds(balanced)
+    assert saved == pytest.approx(5e-3 * 15 / 16, rel=0.02)
 
 
 def test_gssp_with_a_group_per_node_keeps_the_slow_link_off_its_workers_pushes(tmp_path):

@@ -149,3 +149,40 @@ def test_refiner_skips_bad_rounds_and_checks_the_sum():
     assert ref.update([5, 5], [1.0, float("nan")]).tolist() == [5, 5]
     with pytest.raises(ValueError):
         ref.update([5, 4], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_with_fixed_seconds_every_round_ends_together_within_a_sample(seed):
+    # x_i = v_i (T - t_i): t_i + x_i / v_i is one T for every worker the floor or cap leaves alone
+    rng = np.random.default_rng(seed)
+    w = int(rng.integers(2, 9))
+    speeds, fixed = rng.uniform(100, 2000, w), rng.uniform(0, 0.05, w)
+    total = int(rng.integers(4 * w, 2000))
+    cap = int(rng.choice([0, total // w + 5]))
+    x = allocate(total, speeds, cap, fixed)
+    assert x.sum() == total and (x >= 1).all() and (cap == 0 or (x <= cap).all())
+    free = (x > 1) & ((x < cap) if cap else True)
+    ends = fixed + x / speeds
+    if free.sum() >= 2:
+        assert np.ptp(ends[free]) <= (2 / speeds[free]).max()
+    # the floor binds only on a worker whose fixed seconds leave it no more of the common end
+    if free.any():
+        assert all(ends[i] >= ends[free].max() - (1 / speeds[free]).max() for i in np.flatnonzero(x == 1))
+
+
+def test_fixed_seconds_that_take_the_whole_round_leave_one_sample():
+    assert allocate(100, [1000] * 4, fixed=[0.0, 0.0, 0.0, 10.0]).tolist() == [33, 33, 33, 1]
+
+
+def test_equal_or_no_fixed_seconds_split_by_speed_alone():
+    speeds = [4000, 4000, 2000, 1000]
+    assert allocate(220, speeds).tolist() == allocate(220, speeds, fixed=[0.0] * 4).tolist() == [80, 80, 40, 20]
+    assert allocate(220, speeds, fixed=[0.01] * 4).tolist() == [80, 80, 40, 20]
+
+
+def test_unknown_fixed_seconds_are_the_mean_of_the_known_ones():
+    known = allocate(300, [1000] * 3, fixed=[0.01, 0.03, 0.02])
+    assert allocate(300, [1000] * 3, fixed=[0.01, 0.03, -1.0]).tolist() == known.tolist()
+    assert allocate(300, [1000] * 3, fixed=[-1.0, float("nan"), -1.0]).tolist() == [100, 100, 100]
+    with pytest.raises(ValueError, match="fixed times"):
+        allocate(300, [1000] * 3, fixed=[0.01])

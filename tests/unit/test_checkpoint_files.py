@@ -21,6 +21,7 @@ from mpips.io.checkpoint import (
 from mpips.io.log import RankLog, RunLog, rank_file, write_run_end, write_run_header
 from mpips.paradigms import REGISTRY, ClusterView, make_paradigm
 from mpips.paradigms.compress import GDTopK
+from mpips.paradigms.view import EXTRAS
 
 
 def log_row(log, table: str, *values) -> None:
@@ -83,7 +84,7 @@ def _view(clocks: np.ndarray, now: float) -> ClusterView:
     return ClusterView(now=now, clocks=clocks.copy(), applied=clocks.copy(),
                        push_times=np.where(clocks[:, None] > 0, times, np.nan),
                        iter_times=0.01 * (1 + np.arange(n)), done=np.zeros(n, bool),
-                       updates=int(clocks.sum()), extras=np.zeros((n, 4)))
+                       updates=int(clocks.sum()), extras=np.zeros((n, EXTRAS)))
 
 
 def _drive(paradigm, clocks: np.ndarray, steps: range) -> list:
@@ -100,7 +101,7 @@ def _drive(paradigm, clocks: np.ndarray, steps: range) -> list:
                 if gate.ok:
                     answers.append(paradigm.batch_size(w, view))
                     answers.append(paradigm.measured(w, clock=int(clocks[w]), batch=16,
-                                                     compute=0.01 * (1 + w)))
+                                                     compute=0.01 * (1 + w), transfer=0.002 * (1 + w)))
                     clocks[w] += 1
     return answers
 

@@ -15,7 +15,7 @@ from mpips.paradigms import lbbsp as lbbsp_module
 from mpips.paradigms import make_paradigm
 from mpips.paradigms.balance import allocate
 from mpips.paradigms.lbbsp import published, round_push_times
-from mpips.paradigms.view import ClusterView
+from mpips.paradigms.view import EXTRAS, ClusterView
 
 
 @pytest.fixture(autouse=True)
@@ -32,14 +32,15 @@ class Cluster:
     """W paradigm replicas over one control table (clocks, applied counts,
     push times, extras), advanced the way the runtime does it."""
 
-    def __init__(self, workers, seconds, **config):
+    def __init__(self, workers, seconds, transfer=lambda i, c: 0.0, **config):
         self.w = workers
         self.seconds = seconds                  # (worker, round, batch) -> compute seconds
+        self.transfer = transfer                # (worker, round) -> pull + push seconds
         self.replicas = [lbbsp(workers, **config) for _ in range(workers)]
         self.clocks = np.zeros(workers, np.int64)
         self.applied = np.zeros(workers, np.int64)
         self.push_times = np.full((workers, 2), math.nan)
-        self.extras = np.zeros((workers, 4))
+        self.extras = np.zeros((workers, EXTRAS))
         self.now = 0.0
         self.splits = []                        # per round: the split each worker computed
         self.stale_would_differ = 0             # rounds where reading the newest pair would not agree
@@ -58,17 +59,17 @@ class Cluster:
         batch = p.batch_size(i, view)
         split = p.split(view, c)
         assert batch == split[i]
-        newest = np.where((self.clocks == c + 1)[:, None], self.extras[:, [2 * ((c + 1) % 2)]],
-                          self.extras[:, [2 * (c % 2)]])[:, 0]
+        newest = np.where((self.clocks == c + 1)[:, None], self.extras[:, [3 * ((c + 1) % 2)]],
+                          self.extras[:, [3 * (c % 2)]])[:, 0]
         if c >= 1 and not np.array_equal(allocate(p.total, newest, p.cap), split):
             self.stale_would_differ += 1
         return batch, split
 
     def finish(self, i, c, batch):
-        t = self.seconds(i, c, batch)
-        self.now += t
+        t, fixed = self.seconds(i, c, batch), self.transfer(i, c)
+        self.now += t + fixed
         p = self.replicas[i]
-        event = p.measured(i, clock=c, batch=batch, compute=t)
+        event = p.measured(i, clock=c, batch=batch, compute=t, transfer=fixed)
         assert event["kind"] == "lbbsp_speed" and event["round"] == c
         self.extras[i, :] = 0.0
         self.extras[i, :len(p.extras(i, c + 1))] = p.extras(i, c + 1)
@@ -106,13 +107,20 @@ def linear_time(speeds, rng, noise=0.2):
     return seconds
 
 
+def jittered_links(seconds, rng, noise=0.3):
+    """Pull + push seconds of each worker, varying by `noise` each round."""
+    return lambda i, c: seconds[i] * (1.0 + noise * rng.uniform(-1, 1))
+
+
 @pytest.mark.parametrize("predictor", ["ewma", "narx"])
 @pytest.mark.parametrize("refine", [False, True])
+@pytest.mark.parametrize("transfer", [False, True])
 @pytest.mark.parametrize("seed", range(3))
-def test_every_worker_computes_the_same_split(predictor, refine, seed):
+def test_every_worker_computes_the_same_split(predictor, refine, transfer, seed):
     rng = np.random.default_rng(seed)
-    cluster = Cluster(4, linear_time([4000, 4000, 2000, 1000], rng), predictor=predictor,
-                      global_batch=256, lbbsp_refine=refine, seed=seed)
+    cluster = Cluster(4, linear_time([4000, 4000, 2000, 1000], rng),
+                      jittered_links([0.002, 0.02, 0.002, 0.002], rng), predictor=predictor,
+                      global_batch=256, lbbsp_refine=refine, lbbsp_transfer=transfer, seed=seed)
     for c in range(30):
         cluster.round(c, rng)
     for c, splits in enumerate(cluster.splits):
@@ -207,11 +215,40 @@ def test_round_event_reports_the_spread_of_push_times():
 @pytest.mark.parametrize("predictor", ["ewma", "narx"])
 def test_speed_event_pairs_prediction_with_measurement(predictor):
     p = lbbsp(predictor=predictor)
-    first = p.measured(2, clock=0, batch=16, compute=0.01)
+    first = p.measured(2, clock=0, batch=16, compute=0.01, transfer=0.004)
     assert first["actual"] == pytest.approx(1600) and math.isnan(first["predicted"])
-    second = p.measured(2, clock=1, batch=32, compute=0.01)
+    assert first["transfer"] == first["next_transfer"] == 0.004
+    second = p.measured(2, clock=1, batch=32, compute=0.01, transfer=0.002)
+    assert second["next_transfer"] == pytest.approx(0.003)      # the EWMA's
     assert second["predicted"] == pytest.approx(first["next"]) and second["actual"] == pytest.approx(3200)
     if predictor == "narx":      # the only one that uses the load
         assert (second["cpu"], second["mem"]) == (0.5, 0.3)
     else:
         assert math.isnan(second["cpu"]) and math.isnan(second["mem"])
+
+
+def test_with_transfer_a_worker_behind_a_slow_link_gets_fewer_samples_and_rounds_end_together():
+    # Equal speeds; worker 1's pull + push take 40 ms of a round, the others' 4 ms.
+    rng = np.random.default_rng(5)
+    links = [0.004, 0.04, 0.004, 0.004]
+    speeds = [4000] * 4
+    kw = dict(global_batch=512)
+    compute_only = Cluster(4, linear_time(speeds, rng, noise=0.0), lambda i, c: links[i], **kw)
+    balanced = Cluster(4, linear_time(speeds, rng, noise=0.0), lambda i, c: links[i], lbbsp_transfer=True, **kw)
+    for c in range(6):
+        compute_only.round(c, rng)
+        balanced.round(c, rng)
+    assert compute_only.splits[-1][0].tolist() == [128] * 4          # the paper's rule: compute alone
+    x = balanced.splits[-1][0]
+    # T = (X + sum v t) / sum v = (512 + 4000 * 0.052) / 16000 = 45 ms: x_i = v (T - t_i)
+    assert x.tolist() == [164, 20, 164, 164]
+    ends = x / 4000 + np.array(links)
+    assert ends.max() - ends.min() < 1 / 4000        # within one sample's compute
+    # the round's time, its slowest worker's, shrinks from 72 ms to 45 ms
+    assert (128 / 4000 + 0.04) == pytest.approx(0.072) and ends.max() == pytest.approx(0.045, abs=1e-3)
+
+
+def test_a_checkpoint_of_the_two_pair_layout_loads_with_transfer_unknown():
+    p = lbbsp(lbbsp_transfer=True)
+    p.load_state({"splits": {}, "slots": {0: [1000.0, 0.01, 2000.0, 0.02]}, "predicted": {}, "refiner": None})
+    assert p.extras(0, 1) == (1000.0, 0.01, -1.0, 2000.0, 0.02, -1.0)

@@ -46,7 +46,7 @@ class Damped(Paradigm):
     def push(self, worker, view, **_):
         return Push(scale=self.options.damping / self.num_workers)
 
-    def measured(self, worker, *, clock, batch, compute):
+    def measured(self, worker, *, clock, batch, compute, transfer):
         if not self.told:
             self.told = True
             return {"kind": "damped", "bound": self.options.bound, "damping": self.options.damping}

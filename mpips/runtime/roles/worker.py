@@ -205,7 +205,8 @@ class Worker:
     def _tick(self, batch, busy: float, compute: float) -> None:
         """Count the push and publish this worker's row."""
         ctx = self.ctx
-        event = ctx.paradigm.measured(self.i, clock=self.clock, batch=batch.size, compute=compute)
+        event = ctx.paradigm.measured(self.i, clock=self.clock, batch=batch.size, compute=compute,
+                                      transfer=busy - compute)
         if event:
             ctx.log.event(ctx.now(), event.pop("kind", "measured"), worker=self.i, **event)
         self.done = batch.last
