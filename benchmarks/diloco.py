@@ -31,8 +31,8 @@ import json
 import os
 import sys
 
-from async_scale import pct, rows, section
-from common import RESULTS, table, write_results
+from async_scale import pct, reached, rendered, rows, section, spread
+from common import RESULTS, write_results
 
 from mpips.experiments.compare import parse_seeds
 
@@ -62,19 +62,14 @@ def render(sec: dict) -> str:
             f"points against BSP's mean over the same seeds (a row meets the claim within 1 point); `last 5`: "
             f"the mean of the last 5 evaluations; `BSP/pushes`: BSP's pushes over the row's, in all and to "
             f"the target.\n\n")
-    ordered = sorted(rows(sec), key=lambda r: (r["entry"] != "bsp", -(r["final"] or 0)))
-    body = table(["entry", "seeds", "final", "final min-max", "final - BSP", "meets", "last 5", "last - BSP",
-                  "best", "pushes", "BSP/pushes", "reached", "BSP/pushes to target"],
-                 [[r["entry"], ",".join(r["seeds"]), pct(r["final"]),
-                   f"{pct(r['final_min'])}-{pct(r['final_max'])}" if r["final_min"] is not None else "",
-                   pct(r["final_vs_bsp"]),
-                   "" if r["final_vs_bsp"] is None else ("yes" if r["final_vs_bsp"] >= -WITHIN else "no"),
-                   pct(r["last"]), pct(r["last_vs_bsp"]), pct(r["best"]), None if r["pushes"] is None else round(r["pushes"]),
-                   r["bsp_pushes_over"],
-                   f"{r['reached']}/{len(r['seeds']) - r['failed']}", r["bsp_pushes_to_target_over"]]
-                  for r in ordered])
-    failed = "".join(f"\n- failed: {f}" for f in sec["failed"])
-    return head + body + failed + "\n"
+    return rendered(sec, head, ["entry", "seeds", "final", "final min-max", "final - BSP", "meets", "last 5",
+                                "last - BSP", "best", "pushes", "BSP/pushes", "reached", "BSP/pushes to target"],
+                    lambda r: [r["entry"], ",".join(r["seeds"]), pct(r["final"]), spread(r), pct(r["final_vs_bsp"]),
+                               "" if r["final_vs_bsp"] is None else ("yes" if r["final_vs_bsp"] >= -WITHIN else "no"),
+                               pct(r["last"]), pct(r["last_vs_bsp"]), pct(r["best"]),
+                               None if r["pushes"] is None else round(r["pushes"]), r["bsp_pushes_over"],
+                               reached(r), r["bsp_pushes_to_target_over"]],
+                    key=lambda r: (r["entry"] != "bsp", -(r["final"] or 0)))
 
 
 def main(argv=None) -> int:
