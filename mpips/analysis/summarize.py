@@ -331,7 +331,8 @@ def render_text(table: list[dict], target: float, width: int | None = WIDTH) -> 
     heads = [_two_lines(h) for _, h, _ in cols]
     body = [[_cell(r[k], f) for k, _, f in cols] for r in table]
     widths = [max(len(c) for c in [*h, *column]) for h, column in zip(heads, zip(*body))]
-    shortest = [max([MIN_CELL, *map(len, h)]) if f == "s" and k != "run" else w
+    # a text column narrower than MIN_CELL already stays as it is: never narrowed below its own width
+    shortest = [min(w, max([MIN_CELL, *map(len, h)])) if f == "s" and k != "run" else w
                 for h, w, (k, _, f) in zip(heads, widths, cols)]
     while sum(widths) + 2 * (len(widths) - 1) > width and widths != shortest:
         j = max(range(len(widths)), key=lambda j: widths[j] - shortest[j])

@@ -49,6 +49,18 @@ def test_renderings_show_every_row_and_mark_missing_values():
     assert len(text) == 4 and len({len(line) for line in text}) == 1   # aligned
 
 
+def test_a_table_that_cannot_fit_narrows_no_column_below_its_own_width():
+    """A long entry's run name (never narrowed) made the table too wide even
+    with every text column at its narrowest; the narrowing then went on into
+    the columns narrower than MIN_CELL (S+G+W) down to widths of 0 and below,
+    where wrapping a cell never ended (make compare hung, 8 GB)."""
+    long = "localsgd:local_mode=async:dylu=true:delayed_nesterov=8:outer_momentum=0.9"
+    table = [row(long, 0, 2.0, 0.9), {**row("bsp", 0, 3.0, 0.95, hetero="slow 2"), "layout": "1+2+4"}]
+    lines = summarize.render_text(table, 0.9, width=100).splitlines()
+    assert lines[1].split()[:4] == ["run", "paradigm", "S+G+W", "heterogeneity"]
+    assert any(line.startswith(f"{long}-0  localsgd:loc  1+0+4  homogeneous") for line in lines), lines
+
+
 def test_heterogeneity_and_layout_labels():
     assert summarize.heterogeneity(Config().to_dict()) == "homogeneous"
     cfg = Config(slowdown="1,2", straggler="0:3:4:2").to_dict()
