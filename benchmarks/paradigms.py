@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     p.add_argument("--paradigms", type=lambda s: s.split(","), default=None,
                    help="comma-separated entries PARADIGM[+COMPRESSOR][:SETTING=VALUE...] (as mpips compare's); "
                         "default: every available paradigm, gssp+gdtopk and asynchronous Local SGD "
-                        "(claims.async_local_sgd: localsgd:local_mode=async:dylu=true:delayed_nesterov=W)")
+                        "(claims.async_local_sgd: localsgd:local_mode=async:dylu=true:delayed_nesterov=W:outer_momentum=0.9)")
     p.add_argument("--clusters", type=lambda s: s.split(","), default=list(CLUSTERS),
                    help=f"comma-separated, of {', '.join(CLUSTERS)}")
     p.add_argument("--seeds", default="0", help="comma-separated")

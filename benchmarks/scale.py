@@ -50,7 +50,7 @@ from mpips.experiments.setups import Setup, file_name  # noqa: E402
 
 # entries PARADIGM[+COMPRESSOR][:SETTING=VALUE...]; a value W is the run's worker count
 PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd", "backup", "localsgd",
-             "localsgd:local_mode=async:dylu=true:delayed_nesterov=W")
+             "localsgd:local_mode=async:dylu=true:delayed_nesterov=W:outer_momentum=0.9")
 WORKERS = (16, 64, 256)
 EPOCHS = {16: 1.5, 64: 3.0, 256: 8.0}
 LR = {16: 0.05, 64: 0.1, 256: 0.2}   # 0.05 x sqrt(W / 16)

@@ -10,11 +10,11 @@ Agreement without messages: every worker computes each round's whole split
 from numbers all workers published. At the tick that ends round r, worker j
 publishes (its predicted speed for round r+1, its compute seconds of round r,
 its predicted transfer seconds for round r+1) in the extras triple of parity
-(r+1) % 2. Worker i computes round c's split
-once its gate has passed, i.e. once every round c-1 push is applied, so every
-worker has published its round-c pair. A fast worker may meanwhile have done
-round c and published for round c+1, but into the other parity, and it cannot
-tick again before i's round-c push is applied. Round 0 is an equal split.
+(r+1) % 2. Worker i computes round c's split once its gate has passed, i.e.
+once every round c-1 push is applied, so every worker has published its
+round-c triple. A fast worker may meanwhile have done round c and published
+for round c+1, but into the other parity, and it cannot tick again before
+i's round-c push is applied. Round 0 is an equal split.
 
 Speed: v = batch / compute seconds of the worker's last iteration, compute
 being forward/backward plus the emulated slowdown sleep (the `compute` column
@@ -34,10 +34,11 @@ in the paper, whose workers share one network.
 
 Refinement (`lbbsp_refine`), for compute time not linear in batch size: from
 round 2 on, every worker runs the same `BatchRefiner` on the previous split
-and the published compute times (plus transfer times with `lbbsp_transfer`), so the replicas stay identical. When the
-refiner has settled (it stops moving) and the spread of compute times grows
-past twice its epsilon again, the cluster changed: the split restarts from
-the predictions and the refiner from its initial step.
+and the published compute times (plus transfer times with `lbbsp_transfer`),
+so the replicas stay identical. When the refiner has settled (it stops
+moving) and the spread of those times grows past twice its epsilon again,
+the cluster changed: the split restarts from the predictions and the
+refiner from its initial step.
 
 Log: the iterations table's `batch` column is the split over time. Events:
 `lbbsp_speed`, every worker every round (round, batch, compute, actual =

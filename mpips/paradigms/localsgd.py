@@ -29,7 +29,7 @@ class LocalSGDOptions(Options):
     local_steps: int = setting(8, "local steps H of each worker between pushes", low=1, high=MAX_COUNT)
     outer_lr: float = setting(0.7, "the servers' outer learning rate (1 with outer-momentum 0: model "
                                    "averaging)", low=0.0, low_open=True)
-    outer_momentum: float = setting(0.9, "the outer Nesterov momentum (0: plain outer SGD)", low=0.0,
+    outer_momentum: float = setting(0.5, "the outer Nesterov momentum (0: plain outer SGD)", low=0.0,
                                     high=1.0, high_open=True)
     local_mode: str = setting("sync", "sync = the servers step once all W pseudo-gradients of a round are "
                                       "in; async = each applied when it arrives", choices=LOCAL_MODES)

@@ -45,7 +45,7 @@ def test_backup_workers_drop_a_straggler_and_without_them_are_bsp(tmp_path):
 
 # One worker, so that the run is deterministic whatever the cut: the killed and resumed job
 # must end with the parameters of the job that was never stopped, bit for bit. Local SGD at
-# its defaults (DiLoCo: H = 8, outer Nesterov 0.7/0.9; inner SGD with momentum 0.9), a push
+# its defaults (DiLoCo: H = 8, outer Nesterov 0.7/0.5; inner SGD with momentum 0.9), a push
 # every 8 x 20 ms, a checkpoint every 0.5 s; 6 epochs of digits (about 7 s of device time).
 LOCAL = ("--paradigm", "localsgd", "--workers", "1", "--dataset", "digits", "--batch-size", "16",
          "--epochs", "6", "--device-time", "20ms", "--checkpoint-every", "0.5", "--log-flush-seconds", "0.2",

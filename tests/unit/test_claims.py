@@ -77,6 +77,18 @@ def test_the_modern_baselines_claims():
     assert [c["verdict"] for c in check(rows) if c["quantity"] == "pushes to target, BSP / DiLoCo"] == ["no", "yes"]
 
 
+def test_asynchronous_local_sgd_is_named_so_with_or_without_its_outer_momentum():
+    """Results made while 0.9 was every mode's outer momentum name the entry
+    without it; their rows are still the claims' asynchronous Local SGD."""
+    now = claims.async_local_sgd(8)
+    assert now.endswith(":outer_momentum=0.9")
+    before = now.removesuffix(":outer_momentum=0.9")
+    rows = [row("bsp", 0, t=60.0), row("localsgd", 0, t=None), row(before, 0, t=30.0)]
+    for entry in (now, before):
+        rows[2] = row(entry, 0, t=30.0)
+        assert claim(check(rows), "Asynchronous Local SGD")["verdict"] == "yes"
+
+
 def test_a_results_file_gets_its_claims_again_from_its_rows(tmp_path):
     rows = [row("bsp", 0, t=50.0), row("gssp", 0, t=None)]
     stale = [{"paradigm": "gssp", "cluster": "heterogeneous", "claim": "GSSP is 46% to 120% faster than BSP to the "

@@ -60,7 +60,7 @@ def default_candidates(workers: int) -> list[str]:
             "dssp:staleness_low=1:staleness_high=7", "gssp", "gssp:compressor=gdtopk",
             "syncswitch:switch_at=0.05", "syncswitch", "syncswitch:switch_at=0.25", "lbbsp", "vsgd",
             "backup", "localsgd", "localsgd:outer_lr=1:outer_momentum=0",
-            f"localsgd:local_mode=async:dylu=true:delayed_nesterov={workers}"]
+            f"localsgd:local_mode=async:dylu=true:delayed_nesterov={workers}:outer_momentum=0.9"]
     if workers >= 8:
         grid.insert(grid.index("gssp:compressor=gdtopk"), "gssp:groups=4")
     return grid
