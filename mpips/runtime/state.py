@@ -197,6 +197,22 @@ class TableLayout:
         """The whole table, as of now (the transport's)."""
         raise NotImplementedError
 
+    def checkpointed(self, cells) -> np.ndarray:
+        """A checkpoint's table in this layout. One saved while a worker row
+        held 4 extras, not EXTRAS (before LB-BSP's transfer cells), gets
+        the newer extras as zeros before HALTED: written as it is, its rows
+        would land misaligned."""
+        cells = np.asarray(cells, dtype=float)
+        if len(cells) == self.size:
+            return cells
+        old = _NW - (EXTRAS - 4)
+        w, rest = self.workers, _NG + self.workers * old
+        if len(cells) != rest + self.servers * (_NS + w):
+            raise ValueError(f"a checkpoint's control table of {len(cells)} cells fits no layout of {w} "
+                             f"worker rows and {self.servers} server rows ({self.size} cells)")
+        rows = np.insert(cells[_NG:rest].reshape(w, old), [old - 1] * (EXTRAS - 4), 0.0, axis=1)
+        return np.concatenate([cells[:_NG], rows.ravel(), cells[rest:]])
+
     def worker_offset(self, worker: int, col: int = 0) -> int:
         return _NG + worker * _NW + col
 

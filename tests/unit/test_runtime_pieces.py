@@ -391,3 +391,26 @@ def test_a_simulated_stores_pending_pushes_come_back_from_a_copy():
     assert not server.pending()["slots"].any()
     server.restore_pending(kept)
     assert heads_of(server.pending()["heads"]) == [Head(0, 0), Head(1, 7)]
+
+
+def test_a_checkpoints_table_of_the_older_row_is_restored_aligned():
+    """Checkpoints keep the whole control table; one saved while a worker row
+    held 4 extras (14 cells) is written back with the newer extras as zeros,
+    every other cell where it was: written as it is, the rows after the
+    first would land shifted (clocks in push-time cells)."""
+    from mpips.runtime.state import G, S, TableLayout, W
+
+    table = TableLayout(workers=3, servers=2)
+    old_row = len(W) - 2
+    g, rows, servers = 8, np.arange(3 * old_row).reshape(3, old_row) + 100.0, np.arange(2 * (len(S) + 3)) + 900.0
+    old = np.concatenate([np.arange(g, dtype=float), rows.ravel(), servers])
+    new = table.checkpointed(old)
+    assert len(new) == table.size and new[G.CLAIMED] == G.CLAIMED
+    for w in range(3):
+        row = new[table.worker_offset(w):table.worker_offset(w) + len(W)]
+        assert row[:W.EXTRA4].tolist() == rows[w, :W.EXTRA4].tolist()
+        assert row[W.EXTRA4] == row[W.EXTRA5] == 0 and row[W.HALTED] == rows[w, -1]
+    assert new[table.server_offset(0):].tolist() == servers.tolist()
+    assert np.array_equal(table.checkpointed(new), new)   # this layout: as it is
+    with pytest.raises(ValueError, match="fits no layout"):
+        table.checkpointed(old[:-1])

@@ -172,7 +172,7 @@ class Checkpointer:
             return
         s = self.state
         if "control" in s:
-            ctx.table.write(0, s["control"])
+            ctx.table.write(0, ctx.table.checkpointed(s["control"]))
         role.load_state(s["role"])
         ctx.paradigm.load_state(s["paradigm"])
         torch.set_rng_state(s["rng"]["torch"])
