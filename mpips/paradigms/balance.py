@@ -21,27 +21,16 @@ from ..validate import ConfigError
 __all__ = ["allocate", "BatchRefiner"]
 
 
-def _known_speeds(speeds: ArrayLike) -> np.ndarray:
-    """Speeds with unknown entries (<= 0, NaN, inf) replaced by the mean of the
-    known ones, so a worker without a prediction yet gets an average share
-    rather than none or everything."""
-    v = np.asarray(speeds, dtype=float).reshape(-1)
-    known = np.isfinite(v) & (v > 0)
+def _known(values: ArrayLike, valid, none_known: float) -> np.ndarray:
+    """`values` with unknown entries (not finite, or not `valid`) replaced by
+    the mean of the known ones, so a worker without a measurement yet counts
+    as an average one, not as none or everything; all `none_known` when no
+    entry is known."""
+    x = np.asarray(values, dtype=float).reshape(-1)
+    known = np.isfinite(x) & valid(x)
     if not known.any():
-        return np.ones_like(v)
-    v = v.copy()
-    v[~known] = v[known].mean()
-    return v
-
-
-def _known_seconds(seconds: ArrayLike, w: int) -> np.ndarray:
-    """Seconds >= 0 with unknown entries (< 0, NaN, inf) as the mean of the
-    known ones, or 0 when none is known."""
-    t = np.asarray(seconds, dtype=float).reshape(-1)
-    if len(t) != w:
-        raise ValueError(f"{w} speeds but {len(t)} fixed times")
-    known = np.isfinite(t) & (t >= 0)
-    return np.where(known, t, t[known].mean() if known.any() else 0.0)
+        return np.full_like(x, none_known)
+    return np.where(known, x, x[known].mean())
 
 
 def _bounded_shares(total: int, v: np.ndarray, lo: float, hi: float,
@@ -115,7 +104,7 @@ def allocate(total: int, speeds: ArrayLike, cap: int = 0, fixed: ArrayLike | Non
 
     Raises ConfigError('global_batch', ...) when X < W or X > cap * W.
     """
-    v = _known_speeds(speeds)
+    v = _known(speeds, lambda x: x > 0, 1.0)   # all unknown: an equal split
     w = len(v)
     if w == 0:
         raise ValueError("allocate() needs at least one worker")
@@ -133,7 +122,9 @@ def allocate(total: int, speeds: ArrayLike, cap: int = 0, fixed: ArrayLike | Non
         raise ConfigError("global_batch", total,
                           f"must be <= batch_cap x workers ({cap} x {w} = {cap * w})")
     hi = cap if cap > 0 else total
-    t = None if fixed is None else _known_seconds(fixed, w)
+    t = None if fixed is None else _known(fixed, lambda x: x >= 0, 0.0)
+    if t is not None and len(t) != w:
+        raise ValueError(f"{w} speeds but {len(t)} fixed times")
     real = _bounded_shares(total, v, 1.0, float(hi), t)
     return _round_to_sum(real, total, 1, hi)
 
