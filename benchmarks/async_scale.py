@@ -34,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 from common import RESULTS, table, write_results
@@ -199,6 +200,64 @@ def rendered(sec: dict, head: str, columns: list[str], cells, key) -> str:
     return head + body + failed + "\n"
 
 
+def setting_of(entry: str, lr: float) -> str:
+    """An entry as the same setting at every worker count: its learning rate
+    as a factor of the workload's `lr` (none when 1), a value that was W as W."""
+    items = []
+    for i in entry.split(":"):
+        if i.startswith("lr="):
+            factor = float(i[3:]) / lr
+            if not math.isclose(factor, 1.0):
+                items.append(f"lr=x{factor:g}")
+        else:
+            items.append(re.sub(r"^(delayed_nesterov)=\d+$", r"\1=W", i))
+    return ":".join(items)
+
+
+def verdicts(sections: list[dict]) -> str:
+    """Per workload and cluster, each asynchronous setting against BSP at
+    every worker count measured: final accuracy minus BSP's in points (the
+    mean over seeds, then the min-max of the per-seed differences) and the
+    time to the target over BSP's (mean over the seeds that reached it);
+    "within 1 point" where the mean is at least BSP's - 1 at every W."""
+    out = []
+    groups: dict[tuple, list[dict]] = {}
+    for sec in sections:
+        groups.setdefault((sec["workload"], sec["cluster"]), []).append(sec)
+    for (workload, cluster), secs in sorted(groups.items()):
+        secs = sorted(secs, key=lambda s: s["workers"])
+        cells: dict[str, dict[int, str]] = {}
+        within: dict[str, bool] = {}
+        bsp_row = {}
+        for sec in secs:
+            w, bsp = sec["workers"], sec["runs"].get("bsp", {})
+            finals = [r["final"] for r in bsp.values() if not r.get("failed")]
+            bsp_row[w] = f"{pct(_mean(finals))} ({pct(min(finals))}-{pct(max(finals))})" if finals else ""
+            for r in rows(sec):
+                if r["entry"] == "bsp":
+                    continue
+                diffs = [run["final"] - bsp[seed]["final"] for seed, run in sec["runs"][r["entry"]].items()
+                         if not run.get("failed") and seed in bsp and not bsp[seed].get("failed")]
+                if not diffs:
+                    continue
+                mean = sum(diffs) / len(diffs)
+                key = setting_of(r["entry"], sec["settings"]["lr"])
+                time = "" if r["time_vs_bsp"] is None else f", time {r['time_vs_bsp']:.2f}x"
+                cells.setdefault(key, {})[w] = (f"{100 * mean:+.1f} ({100 * min(diffs):+.1f}..{100 * max(diffs):+.1f}, "
+                                                f"{len(diffs)} seed{'s' * (len(diffs) != 1)}{time}, {reached(r)} reached)")
+                within[key] = within.get(key, True) and mean >= -0.01 - 1e-9   # (-1.0 points, as rounded)
+        ws = [s["workers"] for s in secs]
+        body = table(["setting", *(f"W={w}" for w in ws), "within 1 point"],
+                     [["BSP, final %", *(bsp_row.get(w, "") for w in ws), ""]]
+                     + [[key, *(cells[key].get(w, "") for w in ws),
+                         ("yes" if within[key] else "no") + ("" if len(cells[key]) == len(ws) else " (not every W)")]
+                        for key in sorted(cells)])
+        out.append(f"### {workload}, cluster {cluster}\n\n{body}\n")
+    return ("## Against BSP, by setting\n\nFinal accuracy minus BSP's, points: the mean over seeds "
+            "(the per-seed differences' min..max, seeds, time to the target over BSP's, seeds that reached "
+            "it).\n\n" + "\n".join(out))
+
+
 def main(argv=None) -> int:
     split = lambda s: [x for x in s.split(",") if x]   # noqa: E731
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -239,7 +298,7 @@ def main(argv=None) -> int:
     for sec in ordered:
         sec["rows"] = rows(sec)
     notes = "The discussion and the chosen defaults: benchmarks/async_scale_notes.md.\n\n"
-    write_results(args.name, {"sections": ordered}, notes + "\n".join(render(s) for s in ordered))
+    write_results(args.name, {"sections": ordered}, notes + verdicts(ordered) + "\n" + "\n".join(render(s) for s in ordered))
     return 0
 
 

@@ -4,6 +4,8 @@
     python benchmarks/scale.py --keep          # redo the table and figures from runs/scale/ already there
     python benchmarks/scale.py --paradigms asp,ssp,dssp --lr 64:0.05,256:0.05 --name scale-async-lr
                                                # the same at other learning rates: results/scale-async-lr*
+    python benchmarks/scale.py --seeds 0,1,2 --keep      # three seeds (seed 0's runs reused)
+    python benchmarks/scale.py --workers 1024 --epochs 1024:E --name scale-1024   # 1,024 workers: a budget E of one's own
 
 Every paradigm at its default settings plus `--evaluator` (GSSP: `--groups`
 sqrt(W), see below), and asynchronous Local SGD with DyLU and delayed
@@ -14,7 +16,8 @@ batch 16 per worker, device time 20 ms per iteration (the simulator's default),
 on the shared-cluster mix of sim_common.py: 70% of the workers at 1x, 15% at
 1.5x, 10% at 2x, 5% at 3x, persistent, plus transient 4x stragglers (1% of
 iterations start one, mean 10 iterations). One seed (0) by default
-(`--seed`).
+(`--seeds 0,1,2`: the mean over seeds, with the spread of the final
+accuracy; a run of a seed already in runs/NAME/ is reused with `--keep`).
 
 The learning-rate rule: `--lr` is the learning rate of one update from W x 16
 samples (pushes are scaled 1/W), and it grows as sqrt(W): 0.05 at W=16, 0.1 at
@@ -46,6 +49,7 @@ sys.path.insert(0, HERE)
 import sim_common  # noqa: E402
 from common import RESULTS, table, write_results  # noqa: E402  (puts this checkout's mpips on the path)
 
+from mpips.experiments.compare import parse_seeds  # noqa: E402
 from mpips.experiments.setups import Setup, file_name  # noqa: E402
 
 # entries PARADIGM[+COMPRESSOR][:SETTING=VALUE...]; a value W is the run's worker count
@@ -158,14 +162,38 @@ def read(run_dir: str, workers: int) -> dict:
     return out
 
 
+def over_seeds(results: list[dict]) -> dict[tuple[str, int], dict]:
+    """Each (paradigm, W) over its seeds that did not fail: the mean of every
+    number (a time to target over the seeds that reached it), the final
+    accuracy's min and max, how many seeds reached each target, the lowest
+    seed's curve; "failed" where every seed failed."""
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for r in results:
+        runs.setdefault((r["paradigm"], r["workers"]), []).append(r)
+    out = {}
+    for key, rs in runs.items():
+        ok = sorted((r for r in rs if "failed" not in r), key=lambda r: r["seed"])
+        if not ok:
+            out[key] = {"failed": rs[0]["failed"], "seeds": len(rs)}
+            continue
+        mean = {k: (None if not (vs := [r[k] for r in ok if r.get(k) is not None]) else
+                    vs[0] if not isinstance(vs[0], (int, float)) else sum(vs) / len(vs))
+                for k in ok[0] if k not in ("curve", "seed")}
+        finals = [r["final_accuracy"] for r in ok]
+        out[key] = {**mean, "curve": ok[0]["curve"], "seeds": len(rs), "failed_seeds": len(rs) - len(ok),
+                    "final_min": min(finals), "final_max": max(finals),
+                    **{f"reached_{int(100 * t)}": sum(r[f"time_to_{int(100 * t)}"] is not None for r in ok)
+                       for t in TARGETS}}
+    return out
+
+
 def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     os.makedirs(FIGURES, exist_ok=True)
-    ok = [r for r in results if "failed" not in r]
-    by = {(r["paradigm"], r["workers"]): r for r in ok}
+    by = {key: r for key, r in over_seeds(results).items() if "failed" not in r}
     names = []
     markers = "os^vDP*Xh"
     # a colour per entry: tab10's, then others (an eleventh entry drew in the first one's blue)
@@ -221,8 +249,8 @@ def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> li
 
 
 def markdown(results: list[dict], paradigms: list[str], workers: list[int], figs: list[str], total: float,
-             seed: int) -> str:
-    by = {(r["paradigm"], r["workers"]): r for r in results}
+             seeds: list[int]) -> str:
+    by = over_seeds(results)
 
     def fmt(v, digits=2):
         return "-" if v is None else f"{v:.{digits}f}"
@@ -230,44 +258,56 @@ def markdown(results: list[dict], paradigms: list[str], workers: list[int], figs
     def pct(v):
         return "-" if v is None else f"{100 * v:.1f}%"
 
+    def time_to(r, t):   # the mean over the seeds that reached it, and how many did when not all
+        reached, n = r.get(f"reached_{t}", 0), r["seeds"] - r.get("failed_seeds", 0)
+        return fmt(r.get(f"time_to_{t}")) + (f" ({reached}/{n})" if 0 < reached < n else "")
+
+    def final(r):
+        spread = f" ({100 * r['final_min']:.1f}-{100 * r['final_max']:.1f})" if r["seeds"] > 1 else ""
+        return pct(r.get("final_accuracy")) + spread
+
     low, high = (int(100 * t) for t in TARGETS)
     headers = ["paradigm"] + [f"to {t}% (s) W={w}" for t in (low, high) for w in workers] \
         + [f"final W={w}" for w in workers]
     rows = []
     for p in paradigms:
         row = [p + (" (G=" + "/".join(str(groups_for(w)) for w in workers) + ")" if p == "gssp" else "")]
-        for key, f in ((f"time_to_{low}", fmt), (f"time_to_{high}", fmt), ("final_accuracy", pct)):
+        for cell in (lambda r: time_to(r, low), lambda r: time_to(r, high), final):
             for w in workers:
-                r = by.get((p, w), {})
-                row.append("failed" if "failed" in r else f(r.get(key)))
+                r = by.get((p, w))
+                row.append("" if r is None else "failed" if "failed" in r else cell(r))
         rows.append(row)
     main = table(headers, rows)
 
-    headers2 = ["W", "paradigm", "epochs", "virtual (s)", f"to {low}% (s)", f"epochs to {low}%", f"to {high}% (s)",
-                "final acc", "best acc", "updates", "samples/s", "round / T", "wait share", "mean stal.",
+    headers2 = ["W", "paradigm", "seed", "epochs", "virtual (s)", f"to {low}% (s)", f"epochs to {low}%",
+                f"to {high}% (s)", "final acc", "best acc", "updates", "samples/s", "round / T", "wait share", "mean stal.",
                 "max stal.", "max clock gap", "sim wall (s)"]
     rows2 = []
-    for w in workers:
-        for p in paradigms:
-            r = by.get((p, w))
-            if not r or "failed" in r:
-                rows2.append([w, p, "failed"] + [""] * (len(headers2) - 3))
-                continue
-            rows2.append([w, p + (f" G={r['groups']}" if r["groups"] else ""), r["epochs"], r["virtual_s"],
-                          fmt(r[f"time_to_{low}"]), fmt(r[f"epochs_to_{low}"], 1), fmt(r[f"time_to_{high}"]),
-                          pct(r["final_accuracy"]), pct(r["best_accuracy"]), r["updates"],
-                          f"{r['samples_per_s']:.0f}", fmt(r["round_time_per_device_time"]),
-                          pct(r["wait_fraction"]), fmt(r["mean_staleness"], 1), r["max_staleness"],
-                          r["max_clock_gap"], fmt(r["simulator_wall_s"], 1)])
+    runs = {(r["paradigm"], r["workers"], r["seed"]): r for r in results}
+    for w, p, seed in ((w, p, seed) for w in workers for p in paradigms for seed in seeds):
+        r = runs.get((p, w, seed))
+        if not r or "failed" in r:
+            rows2.append([w, p, seed, "failed"] + [""] * (len(headers2) - 4))
+            continue
+        rows2.append([w, p + (f" G={r['groups']}" if r["groups"] else ""), seed, r["epochs"], r["virtual_s"],
+                      fmt(r[f"time_to_{low}"]), fmt(r[f"epochs_to_{low}"], 1), fmt(r[f"time_to_{high}"]),
+                      pct(r["final_accuracy"]), pct(r["best_accuracy"]), r["updates"],
+                      f"{r['samples_per_s']:.0f}", fmt(r["round_time_per_device_time"]),
+                      pct(r["wait_fraction"]), fmt(r["mean_staleness"], 1), r["max_staleness"],
+                      r["max_clock_gap"], fmt(r["simulator_wall_s"], 1)])
     detail = table(headers2, rows2)
     settings = ("MNIST-1D (204,800 training and 51,200 test signals) with the published CNN (cnn1d), "
                 "batch 16 per worker, lr " + ", ".join(f"W={w}: {lr_for(w):g}" for w in workers)
                 + (" (0.05 x sqrt(W/16)" if all(math.isclose(lr_for(w), 0.05 * math.sqrt(w / 16)) for w in workers)
                    else " (set by --lr")
                 + "; per update of W x 16 samples; pushes scaled 1/W), "
-                f"momentum 0.9 (asynchronous pushes: compensated, the default), device time 20 ms per iteration "
-                f"at 1x, `--evaluator`, seed {seed}, one run each (the simulator is deterministic; no spread over "
-                f"seeds). Budget (`--epochs`, global): " + ", ".join(f"W={w}: {EPOCHS[w]:g}" for w in workers)
+                "momentum 0.9 (asynchronous pushes: compensated, the default), device time 20 ms per iteration "
+                "at 1x, `--evaluator`, "
+                + (f"seed {seeds[0]}, one run each (the simulator is deterministic: another seed, another run; "
+                   f"the spread over seeds is not measured)" if len(seeds) == 1 else
+                   f"seeds {', '.join(map(str, seeds))}: the mean over seeds, the final accuracy's min-max in "
+                   f"brackets, a time to target over the seeds that reached it (how many, when not all)")
+                + ". Budget (`--epochs`, global): " + ", ".join(f"W={w}: {EPOCHS[w]:g}" for w in workers)
                 + f". Cluster: {sim_common.DESCRIPTION}. GSSP: `--groups` sqrt(W) = "
                 + ", ".join(str(groups_for(w)) for w in workers) + "; asynchronous Local SGD's `--delayed-nesterov` W; "
                 "Local SGD's inner optimizer: SGD at the lr above, momentum 0.9; every other setting at its default. "
@@ -283,7 +323,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--paradigms", default=",".join(PARADIGMS))
     p.add_argument("--workers", default=",".join(map(str, WORKERS)))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default="0", help="seeds, as 0,1,2 or 0-2 [0]")
     p.add_argument("--epochs", default=",".join(f"{w}:{e:g}" for w, e in EPOCHS.items()),
                    help="the global budget per worker count, W:epochs,...")
     p.add_argument("--lr", default="", help="learning rates per worker count, W:lr,... [0.05 x sqrt(W/16)]")
@@ -297,6 +337,7 @@ def main() -> int:
     args = p.parse_args()
     paradigms = [x for x in args.paradigms.split(",") if x]
     workers = [int(x) for x in args.workers.split(",") if x]
+    seeds = parse_seeds(args.seeds)
     try:
         for entry in paradigms:
             at(entry, workers[0])
@@ -309,30 +350,30 @@ def main() -> int:
     RUNS = os.path.join(os.path.dirname(HERE), "runs", args.name)
 
     if args.inner:
-        result = inner(paradigms[0], workers[0], args.run_dir, args.seed)
+        result = inner(paradigms[0], workers[0], args.run_dir, seeds[0])
         with open(args.inner, "w") as fh:
             json.dump(result, fh)
         return 0
 
     # smallest W first: a broken set-up shows early; --parallel simulations at once (each its
     # own process and virtual clock: how many share the machine changes only their wall time)
-    steps = [(paradigm, w) for w in workers for paradigm in paradigms]
+    steps = [(paradigm, w, seed) for w in workers for seed in seeds for paradigm in paradigms]
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        results = list(pool.map(lambda step: run(*step, args.seed, args.keep), steps))
+        results = list(pool.map(lambda step: run(*step, args.keep), steps))
     for r in results:
         if "failed" not in r:
-            print(f"W={r['workers']:3d} {r['paradigm']:10s} final {100 * r['final_accuracy']:5.1f}%  to 90% "
+            print(f"W={r['workers']:3d} s{r['seed']} {r['paradigm']:10s} final {100 * r['final_accuracy']:5.1f}%  to 90% "
                   f"{r['time_to_90'] if r['time_to_90'] is not None else '-'}  virtual {r['virtual_s']:.1f}s  "
                   f"sim {r['simulator_wall_s']:.1f}s", flush=True)
     # the runs' own wall time: with --keep, this invocation's is only the reading
     total = sum(r.get("simulator_wall_s", 0.0) for r in results)
     figs = figures(results, paradigms, workers)
-    md = markdown(results, paradigms, workers, figs, total, args.seed)
+    md = markdown(results, paradigms, workers, figs, total, seeds)
     if args.name == NAME and os.path.exists(args.notes):
         with open(args.notes) as fh:
             md += "\n" + fh.read()
     settings = {"paradigms": paradigms, "workers": workers, "epochs": EPOCHS, "lr": {w: lr_for(w) for w in workers}, **WORKLOAD,
-                "device_time": "20ms", "seed": args.seed, "targets": TARGETS, "cluster": sim_common.DESCRIPTION,
+                "device_time": "20ms", "seeds": seeds, "targets": TARGETS, "cluster": sim_common.DESCRIPTION,
                 "gssp_groups": {w: groups_for(w) for w in workers}, "total_wall_s": total}
     write_results(args.name, {"settings": settings, "results": results}, md)
     return 0

@@ -31,3 +31,31 @@ def test_an_entry_is_compared_with_bsp_on_its_own_seeds():
     assert none["final"] == pytest.approx(0.65) and none["final_vs_bsp"] == pytest.approx(0.65 - 0.92)
     assert none["failed"] == 1 and (none["final_min"], none["final_max"]) == (0.60, 0.70)
     assert none["reached"] == 0 and none["time_vs_bsp"] is None
+
+
+def test_a_setting_is_judged_within_one_point_only_where_it_is_at_every_worker_count():
+    def section(workers, runs):
+        return {"workload": "compare", "cluster": "heterogeneous", "workers": workers,
+                "settings": {"lr": 0.05 * (workers / 8) ** 0.5}, "runs": runs}
+
+    lr8, lr32 = "lr=0.05", f"lr={0.1:g}"
+    async8 = f"localsgd:local_mode=async:delayed_nesterov=8:async_rule=none:{lr8}"
+    async32 = f"localsgd:local_mode=async:delayed_nesterov=32:async_rule=none:{lr32}"
+    sections = [
+        section(8, {"bsp": {"0": run(0.90, t=10.0), "1": run(0.92, t=10.0)},
+                    f"asp:async_rule=none:{lr8}": {"0": run(0.895, t=5.0), "1": run(0.905, t=7.0)},
+                    "asp:async_rule=none:lr=0.025": {"0": run(0.50)},
+                    async8: {"0": run(0.95, t=2.0)}}),
+        section(32, {"bsp": {"0": run(0.96, t=10.0)},
+                     f"asp:async_rule=none:{lr32}": {"0": run(0.90)},
+                     async32: {"0": run(0.955, t=3.0)}}),
+    ]
+    text = async_scale.verdicts(sections)
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    # the per-seed differences: -0.5 and -1.5 points, mean -1.0: within; at 32 workers -6.0: not
+    assert "| -1.0 (-1.5..-0.5, 2 seeds, time 0.60x, 2/2 reached) | -6.0 (-6.0..-6.0, 1 seed, 0/1 reached) | no |" \
+        in lines["asp:async_rule=none"]
+    # W's own value and learning rate are the same setting at every W; a halved rate is another
+    assert lines["localsgd:local_mode=async:delayed_nesterov=W:async_rule=none"].endswith("| yes |")
+    assert lines["asp:async_rule=none:lr=x0.5"].endswith("| no (not every W) |")
+    assert lines["BSP, final %"].startswith("| BSP, final % | 91.0 (90.0-92.0) | 96.0 (96.0-96.0) |")
