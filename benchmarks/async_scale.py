@@ -115,6 +115,8 @@ def section(workload: str, workers: int, cluster: str, seeds: list[int], args, b
             done, failed = comparison.train(launches)
         finally:
             lock.release()
+        if launches.stopped:   # the runs it did not finish are not failures of their settings: report nothing
+            raise SystemExit(128 + launches.stopped)
     runs = {entry: dict(by_seed) for entry, by_seed in (before or {}).get("runs", {}).items()}
     for run_dir, entry in comparison.labels.items():
         seed = run_dir.rsplit("-s", 1)[1]
