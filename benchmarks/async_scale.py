@@ -221,7 +221,8 @@ def verdicts(sections: list[dict]) -> str:
     every worker count measured: final accuracy minus BSP's in points (the
     mean over seeds, then the min-max of the per-seed differences) and the
     time to the target over BSP's (mean over the seeds that reached it);
-    "within 1 point" where the mean is at least BSP's - 1 at every W."""
+    "within 1 point" where the mean is at least BSP's - 1 at every W and no
+    run failed."""
     out = []
     groups: dict[tuple, list[dict]] = {}
     for sec in sections:
@@ -245,9 +246,11 @@ def verdicts(sections: list[dict]) -> str:
                 mean = sum(diffs) / len(diffs)
                 key = setting_of(r["entry"], sec["settings"]["lr"])
                 time = "" if r["time_vs_bsp"] is None else f", time {r['time_vs_bsp']:.2f}x"
+                failed = f", {r['failed']} failed" if r["failed"] else ""   # (diverged: no final accuracy)
                 cells.setdefault(key, {})[w] = (f"{100 * mean:+.1f} ({100 * min(diffs):+.1f}..{100 * max(diffs):+.1f}, "
-                                                f"{len(diffs)} seed{'s' * (len(diffs) != 1)}{time}, {reached(r)} reached)")
-                within[key] = within.get(key, True) and mean >= -0.01 - 1e-9   # (-1.0 points, as rounded)
+                                                f"{len(diffs)} seed{'s' * (len(diffs) != 1)}{failed}{time}, "
+                                                f"{reached(r)} reached)")
+                within[key] = within.get(key, True) and mean >= -0.01 - 1e-9 and not r["failed"]   # (-1.0, rounded)
         ws = [s["workers"] for s in secs]
         body = table(["setting", *(f"W={w}" for w in ws), "within 1 point"],
                      [["BSP, final %", *(bsp_row.get(w, "") for w in ws), ""]]
@@ -256,8 +259,8 @@ def verdicts(sections: list[dict]) -> str:
                         for key in sorted(cells)])
         out.append(f"### {workload}, cluster {cluster}\n\n{body}\n")
     return ("## Against BSP, by setting\n\nFinal accuracy minus BSP's, points: the mean over seeds "
-            "(the per-seed differences' min..max, seeds, time to the target over BSP's, seeds that reached "
-            "it).\n\n" + "\n".join(out))
+            "(the per-seed differences' min..max, seeds, runs that failed (diverged: no final accuracy, and "
+            "not within 1 point), time to the target over BSP's, seeds that reached it).\n\n" + "\n".join(out))
 
 
 def main(argv=None) -> int:

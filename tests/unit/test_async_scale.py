@@ -46,9 +46,10 @@ def test_a_setting_is_judged_within_one_point_only_where_it_is_at_every_worker_c
                     f"asp:async_rule=none:{lr8}": {"0": run(0.895, t=5.0), "1": run(0.905, t=7.0)},
                     "asp:async_rule=none:lr=0.025": {"0": run(0.50)},
                     async8: {"0": run(0.95, t=2.0)}}),
-        section(32, {"bsp": {"0": run(0.96, t=10.0)},
+        section(32, {"bsp": {"0": run(0.96, t=10.0), "1": run(0.95)},
                      f"asp:async_rule=none:{lr32}": {"0": run(0.90)},
-                     async32: {"0": run(0.955, t=3.0)}}),
+                     async32: {"0": run(0.955, t=3.0)},
+                     f"gssp:async_rule=none:{lr32}": {"0": run(0.96, t=9.0), "1": {"failed": True}}}),
     ]
     text = async_scale.verdicts(sections)
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
@@ -58,4 +59,7 @@ def test_a_setting_is_judged_within_one_point_only_where_it_is_at_every_worker_c
     # W's own value and learning rate are the same setting at every W; a halved rate is another
     assert lines["localsgd:local_mode=async:delayed_nesterov=W:async_rule=none"].endswith("| yes |")
     assert lines["asp:async_rule=none:lr=x0.5"].endswith("| no (not every W) |")
-    assert lines["BSP, final %"].startswith("| BSP, final % | 91.0 (90.0-92.0) | 96.0 (96.0-96.0) |")
+    assert lines["BSP, final %"].startswith("| BSP, final % | 91.0 (90.0-92.0) | 95.5 (95.0-96.0) |")
+    # a run that failed (diverged) is named, and keeps its setting from "within 1 point"
+    assert lines["gssp:async_rule=none"].endswith("| +0.0 (+0.0..+0.0, 1 seed, 1 failed, time 0.90x, 1/1 reached) "
+                                                  "| no (not every W) |")
