@@ -116,6 +116,13 @@ BENCHMARKS = (
     Benchmark("plan_validation", "plan_validation.py", "mpips plan's choice against every candidate trained"),
     Benchmark("test_margins", "test_margins.py", "the test suite's accuracy thresholds over seeds and CPU kernels"),
     Benchmark("gpu", "gpu.py", "CUDA workers sharing one GPU against one process and DDP (a lent GPU)"),
+    Benchmark("gpu-hotpath", "gpu_hotpath.py",
+              "4 BSP workers sharing one GPU against one process, this checkout against one before a change, "
+              "MPS and not (a lent GPU)"),
+    Benchmark("overhead-h200", "overhead.py",
+              "overhead.py with a core per rank (the lent GPU machine's 16 cores), before #51 and after",
+              (Goal("framework time (iteration - compute - the server's step) <= 100 us at batch 16 (median)",
+                    ("results", "16", "mpips", "framework", "median_us"), "<=", 100.0),)),
     Benchmark("gpu-lbbsp", "gpu_lbbsp.py", "LB-BSP on a GPU: new batch sizes' cost, the split (a lent GPU)"),
     Benchmark("async_defaults", "studies/async_defaults.py",
               "the asynchronous paradigms' momentum rule, compensated against as-set"),
