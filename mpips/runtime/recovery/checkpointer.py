@@ -300,7 +300,10 @@ class Checkpointer:
         ctx.log.flush()   # the log up to the cut is on disk before the checkpoint is
         # every rank is here: quick. With each state, what the meta says of the cut.
         mark = (role_state.get("clock"), role_state.get("steps"))
-        gathered = self.comm.gather((encode(state), mark), root=0)
+        gathered = self.comm.gather(
+            (encode(state), mark),
+            lambda ready, missing: ctx.wait(ready, what=f"checkpoint {n}: every rank's state at rank 0",
+                                            describe=lambda: ", ".join(map(ctx.rank_name, missing()))))
         result: tuple[str | None, str | None, bool, int] | None = None
         if self.rank == 0:
             meta = self._meta(ctx, n, [m for _, m in gathered])

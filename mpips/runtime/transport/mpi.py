@@ -27,6 +27,7 @@ from .protocols import EveryRank, LevelHandles, LevelSpec
 from .wait import SetupTimeout, StallError, WallClock, wait_until
 
 _UP, _DOWN = 0x6D70, 0x6D71   # allgather_within's tags: to rank 0, from it (nothing else sends on these)
+_GATHER = 0x6D72              # MPITransport.gather's
 # acc_single_intrinsic: every accumulate of mpips is a one-element Fetch_and_op
 # (ControlWindow.add), so Open MPI may use the network's atomics without its
 # accumulate lock (ControlWindow says why that lock must not be taken)
@@ -651,8 +652,29 @@ class MPITransport:
     def bcast(self, value, root: int = 0):
         return self.blocking("a broadcast", lambda: self.comm.bcast(value, root=root))
 
-    def gather(self, value, root: int = 0):
-        return self.blocking("a gather", lambda: self.comm.gather(value, root=root))
+    def gather(self, value, wait: Callable, root: int = 0) -> list | None:
+        """Every rank's `value` in rank order at `root` (None elsewhere), by
+        point-to-point messages under `wait(ready, missing)`, a role's wait
+        (its stall timeout): `missing()` is the ranks whose value has not
+        arrived at `root`, or [root] for one whose value `root` has not taken.
+        A blocking gather could only say that some rank never came."""
+        comm = self.comm
+        if self.rank != root:
+            sent = comm.isend(value, dest=root, tag=_GATHER)
+            wait(sent.Test, lambda: [root])
+            return None
+        got = {root: value}
+
+        def arrived() -> bool:
+            for r in range(self.size):
+                if r not in got:
+                    message = comm.improbe(source=r, tag=_GATHER)
+                    if message is not None:
+                        got[r] = message.recv()
+            return len(got) == self.size
+
+        wait(arrived, lambda: [r for r in range(self.size) if r not in got])
+        return [got[r] for r in range(self.size)]
 
     def scatter(self, values, root: int = 0):
         return self.blocking("a scatter", lambda: self.comm.scatter(values, root=root))

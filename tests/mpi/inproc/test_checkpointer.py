@@ -44,7 +44,7 @@ def _setup():
     ctx = SimpleNamespace(
         rank=comm.Get_rank(), table=control, log=_Log(), paradigm=SimpleNamespace(state=dict),
         layout=Layout(servers=2, group_servers=0, workers=2),
-        now=lambda: time.time() - t0,
+        now=lambda: time.time() - t0, rank_name=lambda r: f"rank {r}",
         wait=lambda ready, what, describe: wait_until(ready, what=what, describe=describe,
                                                       warn=30, timeout=60))
     return comm, ctx, Checkpointer(MPITransport(comm, warn=30, timeout=60), RunDir(run_dir), Config(), IDENT,

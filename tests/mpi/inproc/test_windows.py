@@ -1,4 +1,5 @@
-"""The RMA windows under mpiexec -n 4 (pytest --with-mpi): exact, order-independent pushes.
+"""The RMA windows under mpiexec -n 4 (pytest --with-mpi): exact, order-independent pushes;
+the transport's gather.
 
 One body runs under COMM_WORLD: the first ranks serve, the others push.
 """
@@ -453,3 +454,40 @@ def test_the_transport_renumbers_the_ranks_in_the_placements_order():
     assert placed == MPI.COMM_NULL   # freed by the transport's end
     with MPITransport(comm, warn=30, timeout=60, order=lambda hosts: list(range(len(hosts)))) as transport:
         assert transport.comm is comm and transport.rank == launched
+
+
+@pytest.mark.mpi(min_size=3)
+def test_a_gather_names_the_ranks_whose_value_never_arrived():
+    """A checkpoint gathers every rank's state at rank 0 under the role's wait:
+    a rank whose state does not come (its link down, it stopped) is named when
+    the wait stalls, where a blocking gather could only say that one is missing."""
+    from mpi4py import MPI
+
+    from mpips.runtime.transport.mpi import MPITransport
+    from mpips.runtime.transport.wait import StallError, wait_until
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+
+    def waiting(timeout):
+        return lambda ready, missing: wait_until(ready, what="the gather", warn=100, timeout=timeout,
+                                                 describe=lambda: ", ".join(f"rank {r}" for r in missing()))
+    with MPITransport(comm, warn=30, timeout=60) as transport:
+        states = [np.full(50_000, r, np.float32) for r in range(size)]   # past the eager limit: rendezvous
+        got = transport.gather(states[rank], waiting(30))
+        if rank == 0:
+            assert [int(g[0]) for g in got] == list(range(size)) and all(len(g) == 50_000 for g in got)
+        else:
+            assert got is None
+        late = (1, size - 1)
+        if rank == 0:
+            with pytest.raises(StallError, match=rf"waiting for rank 1, rank {size - 1}$"):
+                transport.gather(0, waiting(3.0))   # the others' small values arrive long before
+        elif rank not in late:
+            transport.gather(rank, waiting(30))
+        comm.Barrier()
+        # the late ones come now, with everyone's next values: nothing of the first is left over
+        got = transport.gather(rank + 100 if rank in late else rank + 200, waiting(30))
+        if rank == 0:
+            assert got == [200] + [r + 100 if r in late else r + 200 for r in range(1, size)]
+        comm.Barrier()
