@@ -42,6 +42,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,8 +235,12 @@ exec nsenter -t "$keeper" --net --uts --mount --ipc --wd="$PWD" sh -c "$*"
 
     def kill(self, node: Node) -> list[int]:
         """SIGKILL every process of the node, its keeper too (the node is
-        lost); the PIDs killed."""
-        return _kill_all(lambda: self.pids(node))
+        lost), and remove what its MPI daemons left in the shared /tmp; the
+        PIDs killed."""
+        killed = _kill_all(lambda: self.pids(node))
+        for d in session_dirs(re.escape(node.name)):
+            shutil.rmtree(d, ignore_errors=True)
+        return killed
 
     # -- its link ----------------------------------------------------------------
     def link_down(self, node: Node) -> None:
@@ -336,6 +341,8 @@ def remove_leftovers(pre: str) -> list[str]:
     gone = sorted(name for name in clusters(pre) if not owner_alive(name))
     for name in gone:
         remove_cluster(name)
+    for d in leftovers(pre)["session directories"]:   # (of a cluster removed without them)
+        shutil.rmtree(d, ignore_errors=True)
     return gone
 
 
@@ -356,6 +363,33 @@ def processes_of(name: str) -> list[int]:
             pids.add(p.pid)
     pids.discard(os.getpid())
     return sorted(pids)
+
+
+def session_dirs(node: str) -> dict[Path, str]:
+    """Open MPI's session directories (TMP/prted.PID: a daemon's PMIx files,
+    named after its host) of the nodes whose names match the regular
+    expression `node`, whose daemon is gone; each with its node. The nodes
+    share this machine's /tmp, and a daemon killed with its node
+    (Network.kill) leaves its directory there."""
+    found = {}
+    for d in Path(tempfile.gettempdir()).glob("prte*.*"):
+        pid = d.suffix[1:]
+        if not (d.is_dir() and pid.isdigit()) or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            for f in d.iterdir():
+                if m := re.fullmatch(rf"pmix\.({node})\..*", f.name):
+                    found[d] = m.group(1)
+                    break
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running (a process just killed stays a zombie until its parent reaps it)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _kill_all(find, timeout: float = 10.0) -> list[int]:
@@ -381,6 +415,8 @@ def remove_cluster(name: str) -> None:
         _ip("link", "del", link, check=False)
     for host in _parts(name, host_files(pre)):
         shutil.rmtree(HOSTS_DIR / host, ignore_errors=True)
+    for d in session_dirs(rf"{re.escape(name)}n\d+"):
+        shutil.rmtree(d, ignore_errors=True)
     shutil.rmtree(STATE / name, ignore_errors=True)
 
 
@@ -392,4 +428,6 @@ def leftovers(pre: str) -> dict[str, list]:
             "namespaces": [x for n in dead for x in _parts(n, namespaces(pre))],
             "links": [x for n in dead for x in _parts(n, links(pre))],
             "host files": [x for n in dead for x in _parts(n, host_files(pre))],
+            "session directories": sorted(str(d) for d, node in session_dirs(rf"{re.escape(pre)}\d+n\d+").items()
+                                          if not owner_alive(_cluster_of(node, pre))),
             "processes": [p for n in dead for p in processes_of(n)]}

@@ -1,8 +1,9 @@
 """Run after tests/nodes (`make test-nodes`): the clusters that suite made
 (tests/netns.py, prefix MPIPS_CLUSTER_PREFIX) left nothing behind: no
-namespace, link, host file, directory or process of a cluster whose owner
-is gone. A cluster of a live owner (another run beside this one) is not
-ours to judge."""
+namespace, link, host file, directory, process or Open MPI session
+directory (a killed node's daemon leaves one in the shared /tmp) of a
+cluster whose owner is gone. A cluster of a live owner (another run
+beside this one) is not ours to judge."""
 from __future__ import annotations
 
 import os
