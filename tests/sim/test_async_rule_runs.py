@@ -14,6 +14,7 @@ from mpips.config import Config
 from mpips.paradigms.base import compensated_momentum, compensated_step
 from mpips.runtime.roles.server import Server
 from mpips.runtime.roles.worker import Worker
+from mpips.runtime.transport.local import LocalParameterStore
 from mpips.training.data import GlobalStream, load_dataset
 from mpips.training.flatmodel import FlatModel
 from mpips.training.models import build_model
@@ -158,3 +159,30 @@ def test_an_async_run_is_the_replay_of_its_logged_steps(tmp_path, rule, flags, t
                    "--iterations", "10", "--async-rule", rule, *flags)
     assert log.pushes["tau"].max() >= 3 and len(log.pushes) == 40
     assert log.final_params().tobytes() == replayed_async_run(log, transform).tobytes()
+
+
+def test_a_sparse_push_sends_dcs_read_at_its_indices_only_and_applies_as_a_dense_read(tmp_path, monkeypatch):
+    """DC's correction lambda g*g*(w_now - w_read) is zero wherever a top-k
+    push is, so the read parameters go at the push's indices only: the run is
+    bit for bit the one whose sparse pushes send the whole read (the read slot's
+    other cells then differ, stale from earlier pushes, and count for nothing),
+    and a sparse push's bytes are its indices and values plus 4 per index."""
+    flags = ("--paradigm", "asp", "--workers", "4", "--slowdown", "1,1,2,4", "--iterations", "12",
+             "--compressor", "topk", "--async-rule", "dc-adaptive")
+    log = simulate(tmp_path / "sparse", *flags)
+    it = log.iterations
+    sparse = it["bytes_sent"] < it["bytes_dense"]
+    assert sparse.sum() >= 30 and (it["bytes_sent"][sparse] % 12 == 0).all()   # 4 + 4 + 4 per index
+
+    sparse_read = LocalParameterStore.push_sparse
+
+    def whole_read(self, indices, values, *, row, read=None, **slot):
+        sparse_read(self, indices, values, row=row, read=read, **slot)   # the same virtual time
+        k = self.slot(row)   # then the whole read into the slot, before any other task runs
+        for reads, (lo, hi) in zip(self._shared.reads, self.bounds):
+            reads[k] = read[lo:hi]
+    monkeypatch.setattr(LocalParameterStore, "push_sparse", whole_read)
+    whole = simulate(tmp_path / "whole", *flags)
+    assert whole.iterations.tobytes() == it.tobytes()
+    assert log.final_params().tobytes() == whole.final_params().tobytes()
+    assert np.isfinite(log.pushes["compensation"]).all() and (log.pushes["compensation"] > 0).any()

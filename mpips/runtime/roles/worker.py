@@ -194,13 +194,13 @@ class Worker:
             # epoch end and with the last push (a dense one holds nothing back).
             payload = payload.to_dense() if hasattr(payload, "to_dense") else payload
             payload = payload + self.compressor.flush()
-        # DC's parameters read (an async rule's) travel with the push: its bytes too
-        read_bytes = 0 if slot["read"] is None else self.dense_bytes
+        # DC's parameters read (an async rule's) travel with the push, where it has values: their bytes too
+        reads = slot["read"] is not None
         if isinstance(payload, np.ndarray):
             ctx.store.push(payload, **slot)
-            return self.dense_bytes + read_bytes
+            return self.dense_bytes * (2 if reads else 1)
         ctx.store.push_sparse(payload.indices, payload.values, **slot)
-        return int(payload.nbytes) + read_bytes
+        return int(payload.nbytes) + (4 * len(payload.indices) if reads else 0)
 
     def _tick(self, batch, busy: float, compute: float) -> None:
         """Count the push and publish this worker's row."""

@@ -200,12 +200,14 @@ class LocalParameterStore(SlotRows):
         if not self.sparse:
             raise RuntimeError("push_sparse into a store made without sparse=True")
         k = self.slot(row)
-        # index and value, and the read parameters
-        self._scheduler.sleep(self._link.seconds(8 * len(indices) + (0 if read is None else 4 * self.n)))
-        for slots, (lo, hi) in zip(self._shared.slots, self.bounds):
+        # index and value, and the read parameters at those indices (ParameterWindows.push_sparse)
+        self._scheduler.sleep(self._link.seconds((8 if read is None else 12) * len(indices)))
+        for s, (lo, hi) in enumerate(self.bounds):
             a, b = np.searchsorted(indices, (lo, hi))
-            move(slots, (k, indices[a:b] - lo), values[a:b])
-        self._put_read(k, read)
+            move(self._shared.slots[s], (k, indices[a:b] - lo), values[a:b])
+            if read is not None:
+                assert self._shared.reads is not None, "a read pushed into a store made without reads"
+                move(self._shared.reads[s], (k, indices[a:b] - lo), read[indices[a:b]])
         self._announce(k, number, key, versions, scale)
 
     def _put_read(self, k: int, read: np.ndarray | None) -> None:

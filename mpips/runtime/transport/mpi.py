@@ -318,7 +318,10 @@ class ParameterWindows(SlotRows, _Windows):
                     key: int = 0, versions=None, scale: float = 1.0, read: np.ndarray | None = None) -> None:
         """Put values at global `indices` (sorted, int) only, into a slot of
         zeros (`sparse=True`): an indexed target datatype sends the k values,
-        not a dense vector of zeros."""
+        not a dense vector of zeros. `read` goes at the same indices only: DC's
+        correction is zero wherever the push is (async_rules.AsyncRule.apply),
+        so the read slot's other cells, left from earlier pushes, count for
+        nothing."""
         if not self.sparse:
             raise RuntimeError("push_sparse into a ParameterWindows made without sparse=True")
         k = self.slot(row)
@@ -331,10 +334,13 @@ class ParameterWindows(SlotRows, _Windows):
                 try:
                     self._grad_win.Put([np.ascontiguousarray(values[a:b], np.float32), MPI.FLOAT],
                                        rank, (0, 1, dtype))
+                    if read is not None:
+                        self._read_win.Put([np.ascontiguousarray(read[indices[a:b]], np.float32), MPI.FLOAT],
+                                           rank, (0, 1, dtype))
+                        self._read_win.Flush(rank)
                     self._grad_win.Flush(rank)
                 finally:
                     dtype.Free()
-        self._put_read(k, read)
         self._announce(k, number, key, versions, scale)
 
     def _announce(self, k: int, number: int, key: int, versions, scale: float) -> None:

@@ -246,6 +246,61 @@ def test_sparse_pushes_land_on_a_zeroed_slot():
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_sparse_push_puts_dcs_read_at_its_indices_and_the_rule_sums_as_with_the_whole_read():
+    """DC's read goes with a sparse push at its indices only (its correction
+    is zero elsewhere): the server finds the read there, the earlier dense
+    read elsewhere, and DC-adaptive makes of the push what it makes of the
+    same push with the whole read, bit for bit."""
+    from mpi4py import MPI
+
+    from mpips.paradigms.async_rules import AsyncRule
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    servers = min(2, comm.Get_size() - 1)
+    workers = comm.Get_size() - servers
+    store = ParameterStore(comm, list(range(servers)), N, clients=workers, sparse=True, reads=True)
+    idx = np.array([0, 5, N // 2, N - 1])
+    vals = np.array([1.5, -2.25, 3.0, 0.125], np.float32)
+    first, second = push_vector(7, 1), push_vector(7, 2)   # the parameters read at each push
+    out = np.empty(store.count, np.float32)
+    clocks, consumed = np.zeros(workers, np.int64), np.zeros(workers, np.int64)
+    for number, sparse in ((1, False), (2, True)):
+        if rank == servers:
+            if sparse:
+                store.push_sparse(idx, vals, row=0, number=number, scale=0.5, read=second)
+            else:
+                store.push(push_vector(0, number), row=0, number=number, scale=0.5, read=first)
+        comm.Barrier()
+        clocks[0] = number
+        if store.shard_index is not None and sparse:
+            lo, hi = store.bounds[store.shard_index]
+            now = push_vector(8, 0)[lo:hi]
+            dense = np.zeros(N, np.float32)
+            dense[idx] = vals
+            mine = (idx >= lo) & (idx < hi)
+            rule, whole = AsyncRule("dc-adaptive", workers), AsyncRule("dc-adaptive", workers)
+
+            def each(row, head, push, read):
+                expected_read = first[lo:hi].copy()
+                expected_read[idx[mine] - lo] = second[idx[mine]]
+                np.testing.assert_array_equal(read, expected_read)
+                np.testing.assert_array_equal(push, dense[lo:hi])
+                made, _ = rule.apply(push, tau=3, scale=head.scale, now=now, read=read)
+                reference, _ = whole.apply(dense[lo:hi], tau=3, scale=0.5, now=now, read=second[lo:hi])
+                assert made.tobytes() == reference.tobytes()
+                assert not mine.any() or (made != dense[lo:hi]).any()   # the correction is there
+                return made
+
+            assert store.take_gradient(out, clocks, consumed, each=each) == 1
+        elif store.shard_index is not None:
+            assert store.take_gradient(out, clocks, consumed) == 1
+        consumed[0] = number
+        comm.Barrier()
+    store.free()
+
+
+@pytest.mark.mpi(min_size=2)
 def test_pending_slots_round_trip():
     from mpi4py import MPI
 
