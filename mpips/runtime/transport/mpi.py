@@ -450,7 +450,8 @@ class ControlWindow(TableLayout, _Windows):
         self._win, _ = _allocate(comm, count, np.float64)
         comm.Barrier()
         self._win.Lock_all()
-        self._mine = np.zeros(1)                       # this rank's writes
+        self._writes = 0                               # this rank's writes
+        self._mine = np.zeros(1)                       # the same, as it is Put
         self._mine_at = self._writes_at + comm.Get_rank()
         self._seen = np.zeros(ranks)                   # every rank's writes as of the last read
         self._now = np.zeros(ranks)                    # the same as of the last `changed`
@@ -468,7 +469,8 @@ class ControlWindow(TableLayout, _Windows):
             win.Get([self._counted, MPI.INT64_T], home, (self._counters_at, len(self._counted), MPI.INT64_T))
         win.Flush(home)
         self._watch.end()
-        self.latest[self._counter_cells] = self._counted
+        if self._counter_cells:   # (numpy's fancy indexing costs microseconds, also with no index)
+            self.latest[self._counter_cells] = self._counted
         return self.latest.copy()
 
     def changed(self) -> bool:
@@ -477,7 +479,7 @@ class ControlWindow(TableLayout, _Windows):
         self._win.Get([self._now, MPI.DOUBLE], self.home, (self._writes_at, len(self._now), MPI.DOUBLE))
         self._win.Flush(self.home)
         self._watch.end()
-        return not np.array_equal(self._now, self._seen)
+        return self._now.tobytes() != self._seen.tobytes()   # (np.array_equal: 10x the time, 2.5 us)
 
     def is_home(self) -> bool:
         return self.comm.Get_rank() == self.home
@@ -493,7 +495,8 @@ class ControlWindow(TableLayout, _Windows):
                 self._win.Put([np.full(1, vals[cell - offset], np.int64), MPI.INT64_T], self.home,
                               (self._counters_at + k, 1, MPI.INT64_T))
         self._win.Flush(self.home)   # the values first, then the count
-        self._mine += 1
+        self._writes += 1
+        self._mine[0] = self._writes   # (an in-place add on the array: 1.7 us)
         self._win.Put([self._mine, MPI.DOUBLE], self.home, (self._mine_at, 1, MPI.DOUBLE))
         self._win.Flush(self.home)
         self._watch.end()
