@@ -169,6 +169,7 @@ mpips_nodes_env() {
 # --- launching ----------------------------------------------------------------
 _mpips_child=""
 _mpips_stopped=""
+_mpips_told=""   # the stop's outcome already said (the launcher's exit 3: a checkpoint)
 _mpips_on_usr1() {
     _mpips_log "SIGUSR1: forwarding to the launcher (pid ${_mpips_child:-none})"
     [ -n "$_mpips_child" ] && kill -USR1 "$_mpips_child" 2>/dev/null
@@ -242,6 +243,7 @@ mpips_launch() {
     if [ -n "$_mpips_stopped" ]; then   # checkpointed (3) or finished meanwhile: not requeued
         if [ "$rc" = 3 ]; then
             _mpips_log "stopped by SIG$_mpips_stopped after a checkpoint: the same job again resumes it"
+            _mpips_told=1
             if [ "$_mpips_stopped" = TERM ]; then rc=143; else rc=130; fi
         fi
         return "$rc"
@@ -404,9 +406,10 @@ print(run_attrs(sys.argv[1]).get("status", "incomplete"))' "$run_dir" 2>/dev/nul
     # SIGTERM or SIGINT to mpirun itself as well (scancel and a time limit signal every
     # process of the job, Ctrl-C the terminal's foreground): it passes the signal on and
     # exits 1, their output cut, killing its ranks about half a second later (outside
-    # Slurm) or leaving them to end (under it). Whether they checkpointed, the run
-    # directory says once rank 0 has let go of its lock (mpips/io/rundir.py).
-    if [ -n "$_mpips_stopped" ] && [ "$rc" != 0 ] && [ "$rc" -lt 128 ] && [ -n "${run_dir:-}" ]; then
+    # Slurm) or leaving them to end (under it); or it dies of the signal (143: seen
+    # across nodes while its daemons' srun was failing). Whether they checkpointed, the
+    # run directory says once rank 0 has let go of its lock (mpips/io/rundir.py).
+    if [ -n "$_mpips_stopped" ] && [ "$rc" != 0 ] && [ -z "$_mpips_told" ] && [ -n "${run_dir:-}" ]; then
         if command -v flock >/dev/null && [ -e "$run_dir/.lock" ]; then
             flock -w 60 "$run_dir/.lock" true 2>/dev/null
         fi
