@@ -91,8 +91,9 @@ def other_settings(run_dir: str, config: dict) -> list[str]:
     if theirs is None:
         return ["its run.h5 cannot be read"]
     ours = _settings(config) or {}
+    # where a run is kept does not change it: runs copied to another folder are reused there
     return [f"{k} {theirs.get(k)!r}, not {ours.get(k)!r}" for k in sorted(set(theirs) | set(ours))
-            if theirs.get(k) != ours.get(k)]
+            if k != "run_dir" and theirs.get(k) != ours.get(k)]
 
 
 def run_settings(run_dir: str) -> dict | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 
 import matplotlib.image
 import numpy as np
@@ -195,5 +196,11 @@ def test_reuse_keeps_a_run_only_with_these_settings(tmp_path, capsys):
     assert (RunLog(os.path.join(runs, "bsp-s0")).config["epochs"], RunLog(os.path.join(runs, "bsp-s0")).config["lr"]) \
         == (0.3, 0.2)
     assert main(["compare", *SHORT, "--paradigms", "bsp", "--runs", runs, "--reuse", "--epochs", "0.3",
+                 "--lr", "0.2"]) == 0
+    assert "bsp-s0: finished earlier, kept" in capsys.readouterr().out
+    # runs copied to another folder: the same settings but where they are kept
+    moved = str(tmp_path / "moved")
+    shutil.copytree(runs, moved)
+    assert main(["compare", *SHORT, "--paradigms", "bsp", "--runs", moved, "--reuse", "--epochs", "0.3",
                  "--lr", "0.2"]) == 0
     assert "bsp-s0: finished earlier, kept" in capsys.readouterr().out
