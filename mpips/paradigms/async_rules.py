@@ -14,7 +14,9 @@ this push's step (the worker sends the version it read with its push).
   plus lambda g * g * (w_now - w_read), elementwise, a first-order correction
   for the parameters' move since the read; lambda constant (MXNet's 0.04), or
   lambda0 / sqrt(MS + eps) with MS an EMA of g * g (Multiverso's DC-ASGD-a:
-  lambda0 2, decay 0.95, eps 1e-7).
+  lambda0 2, decay 0.95, eps 1e-7); each element's correction bounded by
+  dc_clip x |g| there (ours, not the papers': an unbounded correction fed
+  itself until GSSP diverged, benchmarks/async_scale_notes.md; 0 unbounds it).
 
 A push arrives scaled by its paradigm (1/W, VSGD's damping, ...): the factor
 multiplies it, and DC's correction, written for the gradient g = push / scale,
@@ -53,11 +55,11 @@ class AsyncRule:
     W of the delay-adaptive step."""
 
     def __init__(self, kind: str, clients: int, *, dc_lambda: float = 0.04, dc_lambda0: float = 2.0,
-                 dc_decay: float = 0.95):
+                 dc_decay: float = 0.95, dc_clip: float = 1.0):
         if kind not in ASYNC_RULES:
             raise ValueError(f"async rule {kind!r}; allowed: {', '.join(ASYNC_RULES)}")
         self.kind, self.clients = kind, clients
-        self.dc_lambda, self.dc_lambda0, self.dc_decay = dc_lambda, dc_lambda0, dc_decay
+        self.dc_lambda, self.dc_lambda0, self.dc_decay, self.dc_clip = dc_lambda, dc_lambda0, dc_decay, dc_clip
         self.mean_square: np.ndarray | None = None   # dc-adaptive: EMA of g * g, per element
         self._bufs: list[np.ndarray] | None = None
 
@@ -103,6 +105,12 @@ class AsyncRule:
         correction *= g
         correction *= g
         correction *= lam
+        if self.dc_clip:   # within +-dc_clip x |g| (out: scratch until the copy below)
+            np.abs(g, out=out)
+            out *= np.float32(self.dc_clip)
+            np.minimum(correction, out, out=correction)
+            np.negative(out, out=out)
+            np.maximum(correction, out, out=correction)
         compensation = _norm(correction)
         correction *= np.float32(scale)
         # push + correction, the push itself wherever the correction is zero

@@ -34,7 +34,8 @@ class Server:
         cfg = ctx.config
         # each push's rule where pushes are applied alone (the clients: the rows that push here)
         self.async_rule = AsyncRule(cfg.async_rule if ctx.paradigm.asynchronous else "none", len(ctx.store.rows),
-                                    dc_lambda=cfg.dc_lambda, dc_lambda0=cfg.dc_lambda0, dc_decay=cfg.dc_decay)
+                                    dc_lambda=cfg.dc_lambda, dc_lambda0=cfg.dc_lambda0, dc_decay=cfg.dc_decay,
+                                    dc_clip=cfg.dc_clip)
         self._ruled: list[tuple[int, int, Ruled]] = []   # (row, number, what the rule did) of this step
         self.next_eval = ctx.config.eval_every
         self._row = np.zeros(_NS + ctx.table.workers)   # what publish() writes
