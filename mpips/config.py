@@ -96,7 +96,7 @@ class Config:
     dc_lambda0: float = setting(2.0, "async-rule dc-adaptive: lambda0 (0 = the plain rule)", low=0.0)
     dc_decay: float = setting(0.95, "async-rule dc-adaptive: decay of MS, the EMA of g*g", low=0.0, high=1.0,
                               high_open=True)
-    dc_clip: float = setting(1.0, "async-rules dc, dc-adaptive: each element's correction at most dc-clip x |g| "
+    dc_clip: float = setting(0.0, "async-rules dc, dc-adaptive: each element's correction at most dc-clip x |g| "
                                   "there (0 = unbounded, the papers' rule; docs/paradigms.md, 'dc-clip')", low=0.0)
     weight_decay: float = setting(0.0, "L2 weight decay", low=0.0)
     lr_schedule: str = setting("none", "learning-rate schedule over updates", choices=SCHEDULES)

@@ -91,9 +91,15 @@ def other_settings(run_dir: str, config: dict) -> list[str]:
     if theirs is None:
         return ["its run.h5 cannot be read"]
     ours = _settings(config) or {}
-    # where a run is kept does not change it: runs copied to another folder are reused there
-    return [f"{k} {theirs.get(k)!r}, not {ours.get(k)!r}" for k in sorted(set(theirs) | set(ours))
-            if k != "run_dir" and theirs.get(k) != ours.get(k)]
+    from ..config import SHARED  # (here: the configuration imports the paradigms, which import io)
+
+    def differs(k: str) -> bool:
+        if k == "run_dir":   # where a run is kept does not change it: runs copied elsewhere are reused there
+            return False
+        if k not in theirs and k in SHARED and ours.get(k) == json.loads(json.dumps(SHARED[k].default)):
+            return False     # a setting newer than the run, at its default: what runs did before it existed
+        return theirs.get(k) != ours.get(k)
+    return [f"{k} {theirs.get(k)!r}, not {ours.get(k)!r}" for k in sorted(set(theirs) | set(ours)) if differs(k)]
 
 
 def run_settings(run_dir: str) -> dict | None:

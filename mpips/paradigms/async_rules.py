@@ -14,9 +14,10 @@ this push's step (the worker sends the version it read with its push).
   plus lambda g * g * (w_now - w_read), elementwise, a first-order correction
   for the parameters' move since the read; lambda constant (MXNet's 0.04), or
   lambda0 / sqrt(MS + eps) with MS an EMA of g * g (Multiverso's DC-ASGD-a:
-  lambda0 2, decay 0.95, eps 1e-7); each element's correction bounded by
-  dc_clip x |g| there (ours, not the papers': an unbounded correction fed
-  itself until GSSP diverged, benchmarks/async_scale_notes.md; 0 unbounds it).
+  lambda0 2, decay 0.95, eps 1e-7); with dc_clip > 0 each element's
+  correction bounded by dc_clip x |g| there (ours, not the papers': an
+  unbounded correction fed itself until GSSP diverged,
+  benchmarks/async_scale_notes.md).
 
 A push arrives scaled by its paradigm (1/W, VSGD's damping, ...): the factor
 multiplies it, and DC's correction, written for the gradient g = push / scale,
@@ -55,7 +56,7 @@ class AsyncRule:
     W of the delay-adaptive step."""
 
     def __init__(self, kind: str, clients: int, *, dc_lambda: float = 0.04, dc_lambda0: float = 2.0,
-                 dc_decay: float = 0.95, dc_clip: float = 1.0):
+                 dc_decay: float = 0.95, dc_clip: float = 0.0):
         if kind not in ASYNC_RULES:
             raise ValueError(f"async rule {kind!r}; allowed: {', '.join(ASYNC_RULES)}")
         self.kind, self.clients = kind, clients

@@ -36,7 +36,7 @@ def test_a_factor_multiplies_the_push_and_a_factor_of_one_leaves_it_alone():
 def test_dc_adds_lambda_g_g_times_the_move_in_the_push_s_scale(scale):
     push, now, read = rng_arrays(seed=1)
     push *= np.float32(scale)
-    out, done = AsyncRule("dc", 8, dc_lambda=0.04, dc_clip=0).apply(push, tau=3, scale=scale, now=now, read=read)
+    out, done = AsyncRule("dc", 8, dc_lambda=0.04).apply(push, tau=3, scale=scale, now=now, read=read)
     g = push.astype(np.float64) / scale
     correction = 0.04 * g * g * (now.astype(np.float64) - read)
     assert np.allclose(out, push + scale * correction, rtol=1e-5, atol=1e-7)
@@ -45,7 +45,7 @@ def test_dc_adds_lambda_g_g_times_the_move_in_the_push_s_scale(scale):
 
 
 def test_dc_adaptive_divides_lambda0_by_the_root_of_the_mean_square():
-    rule = AsyncRule("dc-adaptive", 8, dc_lambda0=2.0, dc_decay=0.95, dc_clip=0)
+    rule = AsyncRule("dc-adaptive", 8, dc_lambda0=2.0, dc_decay=0.95)
     pushes = [rng_arrays(seed=s) for s in range(3)]
     ms = np.zeros(pushes[0][0].size)
     for push, now, read in pushes:
@@ -66,7 +66,7 @@ def test_dc_clip_bounds_each_elements_correction_by_its_gradient(clip):
     rest of the rule as it was (elements within the bound are unchanged)."""
     push, now, read = rng_arrays(seed=4)
     push *= np.float32(0.5)
-    rule, unbounded = AsyncRule("dc-adaptive", 8, dc_clip=clip), AsyncRule("dc-adaptive", 8, dc_clip=0)
+    rule, unbounded = AsyncRule("dc-adaptive", 8, dc_clip=clip), AsyncRule("dc-adaptive", 8)
     out, done = rule.apply(push, tau=3, scale=0.5, now=now, read=read)
     free, _ = unbounded.apply(push, tau=3, scale=0.5, now=now, read=read)
     g = push.astype(np.float64) / 0.5
