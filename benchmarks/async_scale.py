@@ -208,8 +208,8 @@ def setting_of(entry: str, lr: float) -> str:
     items = []
     for i in entry.split(":"):
         if i.startswith("lr="):
-            factor = float(i[3:]) / lr
-            if not math.isclose(factor, 1.0):
+            factor = float(i[3:]) / lr   # (entries() writes lr with 6 digits)
+            if not math.isclose(factor, 1.0, rel_tol=1e-5):
                 items.append(f"lr=x{factor:g}")
         else:
             items.append(re.sub(r"^(delayed_nesterov)=\d+$", r"\1=W", i))

@@ -63,3 +63,11 @@ def test_a_setting_is_judged_within_one_point_only_where_it_is_at_every_worker_c
     # a run that failed (diverged) is named, and keeps its setting from "within 1 point"
     assert lines["gssp:async_rule=none"].endswith("| +0.0 (+0.0..+0.0, 1 seed, 1 failed, time 0.90x, 1/1 reached) "
                                                   "| no (not every W) |")
+
+
+def test_a_learning_rate_written_to_six_digits_is_the_workloads_own():
+    lr = 0.05 * (64 / 8) ** 0.5   # make compare's at 64 workers: 0.141421 in the entry
+    [entry] = async_scale.entries(["asp"], ["none"], ["compensated"], [1.0], lr, 64)[1:]
+    assert async_scale.setting_of(entry, lr) == "asp:async_rule=none:async_momentum=compensated"
+    [half] = async_scale.entries(["asp"], ["none"], ["compensated"], [0.5], lr, 64)[1:]
+    assert async_scale.setting_of(half, lr) == "asp:async_rule=none:async_momentum=compensated:lr=x0.5"
