@@ -83,4 +83,17 @@ SETUPS = {
     "gssp-slurm": Setup("train", (
         "--paradigm", "gssp", "--groups", "2", "--slowdown", "1,3", "--epochs", "8", "--budget", "per-worker"),
         threshold=0.90, measured=0.958, ranks=5),
+    # tests/nodes/test_jobs.py's jobs across three nodes (jobs/<paradigm>.slurm with these
+    # flags as MPIPS_<FIELD>); measured on one node: across nodes the ranks interleave
+    # otherwise, which moves the asynchronous ones as load does, so SSP's threshold keeps
+    # 10 points. SSP on MNIST-1D runs 3 epochs: after 1 its MLP ends at 0.27-0.33, too
+    # near chance (0.1) to tell a run that trains from one that barely does
+    "nodes-bsp": Setup("train", ("--paradigm", "bsp", "--epochs", "1"),
+                       threshold=0.35, measured=0.437, ranks=5),
+    "nodes-ssp": Setup("train", ("--paradigm", "ssp", "--dataset", "mnist1d", "--model", "mlp", "--epochs", "3"),
+                       threshold=0.25, measured=0.351, ranks=5),
+    "nodes-gssp": Setup("train", ("--paradigm", "gssp", "--groups", "3", "--workers", "3", "--epochs", "1"),
+                        threshold=0.45, measured=0.521, ranks=7),
+    "nodes-localsgd": Setup("train", ("--paradigm", "localsgd", "--epochs", "1"),
+                            threshold=0.35, measured=0.415, ranks=5),
 }

@@ -18,6 +18,7 @@ from mpips.analysis.placement import nodes_label
 from mpips.experiments.launch import MPI_ENV, MPIEXEC
 from mpips.io.log import RunLog
 from tests.oracles import assert_each_sample_once
+from tests.thresholds import SETUPS
 
 REPO = Path(__file__).resolve().parents[2]
 MPICH_VENV = REPO / ".venv-mpich"
@@ -32,6 +33,14 @@ def output(cluster, job: str) -> str:
 
 def hosts_of(run_dir) -> list[str]:
     return [p["host"] for p in RunLog(str(run_dir)).placement]
+
+
+def job_env(setup: str) -> dict[str, str]:
+    """A set-up of tests/thresholds.py as its job's environment: --groups 3 ->
+    MPIPS_GROUPS=3 (the paradigm is the job script's)."""
+    flags = SETUPS[setup].flags
+    return {"MPIPS_" + flag[2:].replace("-", "_").upper(): value
+            for flag, value in zip(flags[::2], flags[1::2]) if flag != "--paradigm"}
 
 
 def submit_all(cluster, tmp_path, jobs: dict[str, tuple[str, dict, list[str]]]) -> dict[str, str]:
@@ -49,7 +58,7 @@ def submit_all(cluster, tmp_path, jobs: dict[str, tuple[str, dict, list[str]]]) 
 def bsp_one_node(cluster, tmp_path_factory):
     """BSP on one node of the cluster: the reference of every BSP job here."""
     tmp = tmp_path_factory.mktemp("bsp-one")
-    submit_all(cluster, tmp, {"one": ("bsp", {}, ["-N", "1", "-n", "5"])})
+    submit_all(cluster, tmp, {"one": ("bsp", job_env("nodes-bsp"), ["-N", "1", "-n", "5"])})
     log = RunLog(str(tmp / "one"))
     assert log.status == "finished" and len(set(hosts_of(tmp / "one"))) == 1
     return log
@@ -63,19 +72,17 @@ def test_paradigms_across_three_nodes(cluster, tmp_path, bsp_one_node):
     of mpirun."""
     cache = tmp_path / "cache"
     ids = submit_all(cluster, tmp_path, {
-        "bsp": ("bsp", {"OMPI_MCA_btl": "self,sm"}, ["-N", "3", "-n", "5"]),
-        "ssp": ("ssp", {"MPIPS_DATASET": "mnist1d", "MPIPS_MODEL": "mlp", "MPIPS_CACHE": cache},
-                ["-N", "3", "-n", "5"]),
-        "gssp": ("gssp", {"MPIPS_GROUPS": "3", "MPIPS_WORKERS": "3", "MPIPS_PLACEMENT": "spread"},
-                 ["-N", "3", "-n", "7"]),
-        "localsgd": ("localsgd", {"MPIPS_LAUNCHER": "srun"}, ["-N", "3", "-n", "5"]),
+        "bsp": ("bsp", {**job_env("nodes-bsp"), "OMPI_MCA_btl": "self,sm"}, ["-N", "3", "-n", "5"]),
+        "ssp": ("ssp", {**job_env("nodes-ssp"), "MPIPS_CACHE": cache}, ["-N", "3", "-n", "5"]),
+        "gssp": ("gssp", {**job_env("nodes-gssp"), "MPIPS_PLACEMENT": "spread"}, ["-N", "3", "-n", "7"]),
+        "localsgd": ("localsgd", {**job_env("nodes-localsgd"), "MPIPS_LAUNCHER": "srun"}, ["-N", "3", "-n", "5"]),
     })
     nodes = {n.name for n in cluster.nodes}
     for name in ids:
         log = RunLog(str(tmp_path / name))
         assert log.status == "finished", (name, log.status_reason)
         assert set(hosts_of(tmp_path / name)) == nodes, (name, log.placement)
-        assert log.summary()["final_accuracy"] > 0.3, (name, log.summary())
+        assert log.summary()["final_accuracy"] >= SETUPS[f"nodes-{name}"].threshold, (name, log.summary())
     assert "reaches no other node: using self,sm,tcp" in output(cluster, ids["bsp"])
     assert "launcher: srun --mpi=pmix" in output(cluster, ids["localsgd"]), output(cluster, ids["localsgd"])
     # GSSP's group servers one per node (placement spread)
