@@ -14,7 +14,7 @@ Workloads: `published`, the issue's case of a new user, MNIST-1D's published
 4,000/1,000 split with the CNN at every default but the paradigm (lr 0.05,
 batch 16, 30 epochs, at any W: what `mpips train` does); `compare`, `make
 compare`'s job (26,000 signals, batch 32, lr 0.05 and 20 epochs at 8 workers,
-both x sqrt(W / 8): benchmarks/paradigms.py). Clusters: `none` (no slowdown,
+both x sqrt(W / 8), the lr held from 64 workers on: benchmarks/paradigms.py). Clusters: `none` (no slowdown,
 no stragglers: the default for `published`), and paradigms.py's
 `homogeneous` and `heterogeneous` (A100 and V100 speeds; the default for
 `compare`), both with random transient stragglers.
@@ -60,7 +60,7 @@ def published(workers: int) -> dict:
 
 
 def compare(workers: int) -> dict:
-    """`make compare`'s job (benchmarks/paradigms.py), lr and epochs x sqrt(W / 8)."""
+    """`make compare`'s job at `workers` (benchmarks/paradigms.py's `scaled`)."""
     return scaled(COMPARE_WORKLOADS["mnist1d"], workers)
 
 

@@ -71,3 +71,10 @@ def test_a_learning_rate_written_to_six_digits_is_the_workloads_own():
     assert async_scale.setting_of(entry, lr) == "asp:async_rule=none:async_momentum=compensated"
     [half] = async_scale.entries(["asp"], ["none"], ["compensated"], [0.5], lr, 64)[1:]
     assert async_scale.setting_of(half, lr) == "asp:async_rule=none:async_momentum=compensated:lr=x0.5"
+
+
+def test_make_compares_job_grows_its_learning_rate_as_sqrt_w_up_to_64_workers_then_holds_it():
+    work = {w: async_scale.compare(w) for w in (8, 32, 64, 256)}
+    assert [work[w]["lr"] for w in (8, 32, 64)] == [0.05, 0.05 * 2, 0.05 * 8 ** 0.5]
+    assert work[256]["lr"] == work[64]["lr"]                       # held: 0.28 collapsed BSP
+    assert work[256]["epochs"] == pytest.approx(20 * 32 ** 0.5)    # the epochs still grow
