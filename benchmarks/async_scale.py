@@ -14,10 +14,10 @@ Workloads: `published`, the issue's case of a new user, MNIST-1D's published
 4,000/1,000 split with the CNN at every default but the paradigm (lr 0.05,
 batch 16, 30 epochs, at any W: what `mpips train` does); `compare`, `make
 compare`'s job (26,000 signals, batch 32, lr 0.05 and 20 epochs at 8 workers,
-both x sqrt(W / 8), the lr held from 64 workers on: benchmarks/paradigms.py). Clusters: `none` (no slowdown,
-no stragglers: the default for `published`), and paradigms.py's
-`homogeneous` and `heterogeneous` (A100 and V100 speeds; the default for
-`compare`), both with random transient stragglers.
+both x sqrt(W / 8), the lr held from 64 workers on: benchmarks/paradigms.py).
+Clusters: `none` (no slowdown, no stragglers: the default for `published`),
+and paradigms.py's `homogeneous` and `heterogeneous` (A100 and V100 speeds;
+the default for `compare`), both with random transient stragglers.
 
 An entry of --paradigms is `mpips compare`'s (PARADIGM[:SETTING=VALUE...]; a
 value W is the worker count); each is run with every async rule, momentum

@@ -10,9 +10,10 @@ homogeneous cluster: one table and the figures, from the runs' logs.
 A workload (WORKLOADS: MNIST-1D with the published CNN, real MNIST with
 LeNet-5, or the digits smoke test) fixes the model, data, batch, learning rate,
 epochs and target accuracy at 8 workers; at W workers the epochs grow as
-sqrt(W / 8), and so does the learning rate up to 64 workers (held beyond). Two clusters: two GPU generations side by side
-(A100 and V100 speeds, their source below) and a homogeneous one, both with
-random transient stragglers. Each cluster is one `mpips compare`
+sqrt(W / 8), and so does the learning rate up to 64 workers (held beyond).
+Two clusters: two GPU generations side by side (A100 and V100 speeds, their
+source below) and a homogeneous one, both with random transient
+stragglers. Each cluster is one `mpips compare`
 (mpips/experiments/compare.py) with every run the same model, data, seed,
 sample budget (epochs) and cluster; paradigms keep their own defaults
 (docs/paradigms.md). The runs go to --runs (not committed); the table of both
@@ -55,7 +56,7 @@ CLUSTERS = ("heterogeneous", "homogeneous")
 # sqrt rule against linear and constant ones). The learning rate stops growing at 64
 # workers (LR_HELD_FROM): on MNIST-1D at 256, BSP at 0.05 x sqrt(32) = 0.28 collapsed
 # mid-run in 2 seeds of 3 (final 39.5, 96.1, 10.4%), also under a cosine schedule (92.2,
-# 44.9, 88.5%); at 64's 0.14 none did (93.8, 90.6, 93.6%: benchmarks/async_scale_notes.md).
+# 44.9, 88.5%); at 64's 0.14 none did (93.8, 90.6, 93.7%: benchmarks/async_scale_notes.md).
 LR_HELD_FROM = 64
 WORKLOADS = {
     # MNIST-1D, the published CNN: 26,000 signals (20,800 for training: 20 rounds of
