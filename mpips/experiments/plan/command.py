@@ -47,7 +47,8 @@ def add_arguments(p) -> None:
     g.add_argument("--candidates", default=None, metavar="PARADIGM[:SETTING=VALUE...],...",
                    help="what to simulate [default: every paradigm at its defaults and a small grid of "
                         "its main setting: " + ",".join(default_candidates(8)) + " (gssp:groups=4 "
-                        "with 8 workers or more)]")
+                        "with 8 workers or more; asp and gssp with async_rule=dc-adaptive:dc_clip=1 "
+                        "with 32 or more)]")
     g.add_argument("--seeds", default="0,1", help="comma-separated seeds, one simulation each [default: 0,1]")
     g.add_argument("--jobs", type=int, default=2, help="simulations at once, each a process [default: 2]")
     g.add_argument("--out", default=None, help="where cluster.yaml, plan.md, plan.json, plan.png and the "

@@ -55,7 +55,11 @@ def default_candidates(workers: int) -> list[str]:
     """Every paradigm at its defaults, and its main setting over a small grid;
     Local SGD also as plain model averaging and asynchronous with DyLU and
     delayed Nesterov (its outer momentum once per W pushes), as measured in
-    benchmarks/results/localsgd-variants-8.md."""
+    benchmarks/results/localsgd-variants-8.md. From 32 workers also ASP and
+    GSSP under the bounded delay compensation (`--async-rule dc-adaptive
+    --dc-clip 1`), the per-push rule measured best there
+    (benchmarks/results/async-scale.md) but not the default: at 8 workers it
+    cost ASP 1.9 points."""
     grid = ["bsp", "asp", "ssp:staleness=1", "ssp", "ssp:staleness=8", "dssp",
             "dssp:staleness_low=1:staleness_high=7", "gssp", "gssp:compressor=gdtopk",
             "syncswitch:switch_at=0.05", "syncswitch", "syncswitch:switch_at=0.25", "lbbsp", "vsgd",
@@ -63,6 +67,9 @@ def default_candidates(workers: int) -> list[str]:
             f"localsgd:local_mode=async:dylu=true:delayed_nesterov={workers}:outer_momentum=0.9"]
     if workers >= 8:
         grid.insert(grid.index("gssp:compressor=gdtopk"), "gssp:groups=4")
+    if workers >= 32:
+        for paradigm in ("asp", "gssp"):
+            grid.insert(grid.index(paradigm) + 1, f"{paradigm}:async_rule=dc-adaptive:dc_clip=1")
     return grid
 
 
