@@ -154,12 +154,13 @@ compare: install
 	$(PY) benchmarks/paradigms.py --simulate --workers 8 --seeds 0,1,2 --name paradigms-8 --runs runs/compare-8
 
 # The whole study: the comparison on both workloads (MNIST-1D/CNN, real MNIST/LeNet-5)
-# at 8 and 32 workers, and the scale study at 16, 64 and 256 workers on MNIST-1D.
+# at 8 and 32 workers, and the scale study at 16, 64, 256 (3 seeds) and 1,024 workers
+# (one seed) on MNIST-1D.
 study: compare
 	$(PY) benchmarks/paradigms.py --simulate --workers 32 --seeds 0,1,2 --name paradigms-mnist1d-32 --runs runs/compare-mnist1d-32
 	$(PY) benchmarks/paradigms.py --simulate --workload mnist5k --workers 8 --seeds 0,1,2 --name paradigms-mnist5k-8 --runs runs/compare-mnist5k-8
 	$(PY) benchmarks/paradigms.py --simulate --workload mnist5k --workers 32 --seeds 0,1,2 --name paradigms-mnist5k-32 --runs runs/compare-mnist5k-32
-	$(PY) benchmarks/scale.py
+	$(PY) benchmarks/scale.py --seeds 0,1,2
 
 clean:
 	rm -rf runs .pytest_cache

@@ -8,7 +8,7 @@ A generated block sits between `<!-- generated: NAME -->` and `<!-- end: NAME --
 paradigm and cluster: the mean over seeds, with the range where seeds differ) of the
 comparison in results/paradigms-8.json (`make compare`); `claims-KEY` and `means-KEY`
 of the other comparisons of `make study` (COMPARISONS), and `scale` (results/scale.json:
-final accuracy and time to target per paradigm and worker count). The prose around
+final accuracy and time to target per paradigm and worker count, means over seeds). The prose around
 them is written by hand from them.
 """
 from __future__ import annotations
@@ -52,19 +52,25 @@ def mean_table(rows: list[dict], target: float) -> str:
 
 
 def scale_table(data: dict) -> str:
-    """Per paradigm: final accuracy and virtual time to each target at each worker count."""
+    """Per paradigm and worker count: the mean final accuracy over its seeds and the mean
+    virtual time to each target over the seeds that reached it (how many, when not all)."""
     df = pd.DataFrame([r for r in data["results"] if "failed" not in r])
     workers = data["settings"]["workers"]
     targets = [int(100 * t) for t in data["settings"]["targets"]]
     lines = ["| paradigm | " + " | ".join(f"final, W={w}" for w in workers) + " | "
              + " | ".join(f"to {t}% (s), W={w}" for t in targets for w in workers) + " |",
              "|---|" + "---:|" * (len(workers) * (1 + len(targets)))]
-    for paradigm, g in df.groupby("paradigm", sort=False):
-        by = {r["workers"]: r for r in g.to_dict("records")}
-        final = [f"{100 * by[w]['final_accuracy']:.1f}%" if w in by else "failed" for w in workers]
+
+    def time_to(g: pd.DataFrame, t: int) -> str:
         # (a time never reached: None in the JSON, NaN once in the frame)
-        times = [f"{by[w][f'time_to_{t}']:.1f}" if w in by and pd.notna(by[w][f"time_to_{t}"]) else "-"
-                 for t in targets for w in workers]
+        reached = g[f"time_to_{t}"].dropna()
+        return "-" if reached.empty else f"{reached.mean():.1f}" + (f" ({len(reached)}/{len(g)})"
+                                                                    if len(reached) < len(g) else "")
+
+    for paradigm, runs in df.groupby("paradigm", sort=False):
+        by = dict(list(runs.groupby("workers")))
+        final = [f"{100 * by[w]['final_accuracy'].mean():.1f}%" if w in by else "failed" for w in workers]
+        times = [time_to(by[w], t) if w in by else "-" for t in targets for w in workers]
         lines.append(f"| {paradigm} | " + " | ".join(final + times) + " |")
     return "\n".join(lines) + "\n"
 

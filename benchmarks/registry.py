@@ -106,7 +106,7 @@ BENCHMARKS = (
               (Goal("wall time within 5% on the evaluator rank", ("runs", "evaluation=evaluator", "ratio"),
                     "<=", 1.05, "max"),)),
     Benchmark("paradigms", "paradigms.py", "every paradigm on one job, heterogeneous and homogeneous (make compare)"),
-    Benchmark("scale", "scale.py", "every paradigm at 16, 64 and 256 simulated workers"),
+    Benchmark("scale", "scale.py", "every paradigm at 16, 64, 256 and 1,024 simulated workers"),
     Benchmark("async-scale", "async_scale.py",
               "the asynchronous paradigms' update rules (async_rule) against BSP at the same sample budget, "
               "in the simulator: final accuracy minus BSP's and time to the target over BSP's"),

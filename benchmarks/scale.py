@@ -1,32 +1,40 @@
-"""The paradigms at 16, 64 and 256 workers, in the simulator (`mpips simulate`).
+"""The paradigms at 16, 64, 256 and 1,024 workers, in the simulator (`mpips simulate`).
 
-    python benchmarks/scale.py                 # every paradigm at 16, 64, 256 workers
+    python benchmarks/scale.py                 # every paradigm at 16, 64, 256 and 1,024 workers
     python benchmarks/scale.py --keep          # redo the table and figures from runs/scale/ already there
     python benchmarks/scale.py --paradigms asp,ssp,dssp --lr 64:0.05,256:0.05 --name scale-async-lr
                                                # the same at other learning rates: results/scale-async-lr*
-    python benchmarks/scale.py --seeds 0,1,2 --keep      # three seeds (seed 0's runs reused)
-    python benchmarks/scale.py --workers 1024 --epochs 1024:E --name scale-1024   # 1,024 workers: a budget E of one's own
+    python benchmarks/scale.py --seeds 0,1,2 --keep      # three seeds (seed 0's runs reused), one at 1,024
 
 Every paradigm at its default settings plus `--evaluator` (GSSP: `--groups`
 sqrt(W), see below), and asynchronous Local SGD with DyLU and delayed
 Nesterov, N = W (claims.async_local_sgd: an entry's value `W` is the worker
-count; entries as `mpips compare --paradigms` reads them), MNIST-1D with the published CNN (cnn1d) on 256,000
+count; entries as `mpips compare --paradigms` reads them), and ASP under the
+bounded delay compensation (`--async-rule dc-adaptive --dc-clip 1`, the
+per-push rule measured best at 32-64 workers in results/async-scale.md), MNIST-1D with the published CNN (cnn1d) on 256,000
 signals (204,800 for training: one epoch is 50 rounds of BSP at 256 workers),
 batch 16 per worker, device time 20 ms per iteration (the simulator's default),
 on the shared-cluster mix of sim_common.py: 70% of the workers at 1x, 15% at
 1.5x, 10% at 2x, 5% at 3x, persistent, plus transient 4x stragglers (1% of
 iterations start one, mean 10 iterations). One seed (0) by default
 (`--seeds 0,1,2`: the mean over seeds, with the spread of the final
-accuracy; a run of a seed already in runs/NAME/ is reused with `--keep`).
+accuracy; a run of a seed already in runs/NAME/ is reused with `--keep`). At
+1,024 workers only the first seed (`--max-seeds 1024:1`): a run there is 16,384
+samples x 400 rounds = 6.5M samples, 4x a run at 256 workers: 4.4-9.7 min
+here, two at once (the 11 entries before ASP's dc-adaptive: 51 min for seed 0,
+16 for each further seed).
 
 The learning-rate rule: `--lr` is the learning rate of one update from W x 16
-samples (pushes are scaled 1/W), and it grows as sqrt(W): 0.05 at W=16, 0.1 at
-64, 0.2 at 256. Measured on BSP's equivalent (4 workers at the same global
+samples (pushes are scaled 1/W), and it grows as sqrt(W) up to 256 workers,
+then holds: 0.05 at W=16, 0.1 at 64, 0.2 at 256 and 1,024. Measured on BSP's equivalent (4 workers at the same global
 batch, 10 epochs; BSP is SGD on the global batch whatever W): at 4,096 a round,
 lr 0.2 reaches 88.6% at epoch 4, 95.0% at 6, 96.6% at 8 and 97.3% at 10; lr 0.4
 (linear scaling from W=64) 84.7%, 93.2%, 95.1% and 95.7%, slower and noisier. The budget (`--epochs`, global): 1.5 epochs at W=16
 (1,200 rounds of BSP, 256 samples each), 3 at 64 (600 of 1,024), 8 at 256 (400
-of 4,096): enough for BSP to pass 94% at every W, at a cost that grows with W.
+of 4,096), 32 at 1,024 (400 of 16,384): enough for BSP to pass 94% at 16-256, at a
+cost that grows with W. At 1,024 the rate held at 0.2 rather than sqrt's 0.4,
+slower and noisier already at 256 (above) and untried beyond: BSP there is at
+79.6% after 150 rounds (seed 0), against 90% after 220 at 256.
 
 Writes results/scale.json, results/scale.md and results/scale/*.png; the
 runs' logs stay in runs/scale/ (not committed).
@@ -54,10 +62,13 @@ from mpips.experiments.setups import Setup, file_name  # noqa: E402
 
 # entries PARADIGM[+COMPRESSOR][:SETTING=VALUE...]; a value W is the run's worker count
 PARADIGMS = ("bsp", "asp", "ssp", "dssp", "gssp", "syncswitch", "lbbsp", "vsgd", "backup", "localsgd",
-             "localsgd:local_mode=async:dylu=true:delayed_nesterov=W:outer_momentum=0.9")
-WORKERS = (16, 64, 256)
-EPOCHS = {16: 1.5, 64: 3.0, 256: 8.0}
-LR = {16: 0.05, 64: 0.1, 256: 0.2}   # 0.05 x sqrt(W / 16)
+             "localsgd:local_mode=async:dylu=true:delayed_nesterov=W:outer_momentum=0.9",
+             "asp:async_rule=dc-adaptive:dc_clip=1")
+WORKERS = (16, 64, 256, 1024)
+EPOCHS = {16: 1.5, 64: 3.0, 256: 8.0, 1024: 32.0}
+LR_HELD_FROM = 256   # 0.05 x sqrt(min(W, 256) / 16)
+LR: dict[int, float] = {}   # --lr: a worker count's own rate
+MAX_SEEDS = {1024: 1}   # --max-seeds: at these worker counts, only the first N seeds
 TARGETS = (0.90, 0.94)
 DEVICE_TIME = 0.020   # s per iteration of 16 samples at 1x (the simulator's default)
 BATCH = 16
@@ -75,8 +86,12 @@ def groups_for(workers: int) -> int:
 
 
 def lr_for(workers: int) -> float:
-    """0.05 (the default) at 16 workers, times sqrt(W / 16) (global batch W x 16)."""
-    return LR.get(workers, 0.05 * math.sqrt(workers / 16))
+    """0.05 (the default) at 16 workers, times sqrt(W / 16) (global batch W x 16) up to LR_HELD_FROM."""
+    return LR.get(workers, 0.05 * math.sqrt(min(workers, LR_HELD_FROM) / 16))
+
+
+def seeds_at(workers: int, seeds: list[int]) -> list[int]:
+    return seeds[:MAX_SEEDS.get(workers, len(seeds))]
 
 
 def at(entry: str, workers: int) -> Setup:
@@ -200,7 +215,7 @@ def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> li
     colours = list(plt.get_cmap("tab10").colors) + ["black", "darkgoldenrod", "navy", "crimson"]
 
     def per_w(key, ylabel, fname, title, logy=False):
-        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        fig, ax = plt.subplots(figsize=(10.4, 4.4))
         values = []
         for k, p in enumerate(paradigms):
             xs = [w for w in workers if (p, w) in by and by[(p, w)].get(key) is not None]
@@ -214,7 +229,8 @@ def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> li
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, ncol=2)
+        # beside the axes: inside, twelve entries covered the lines
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         fig.savefig(os.path.join(FIGURES, fname), dpi=110)
         plt.close(fig)
@@ -228,8 +244,9 @@ def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> li
     per_w("round_time_per_device_time", "virtual time per W pushes / 1x device time", "round_time.png",
           "time per round of W pushes (1 = no waiting at 1x)")
 
-    fig, axes = plt.subplots(1, len(workers), figsize=(5 * len(workers), 4), sharey=True)
-    for ax, w in zip(axes if len(workers) > 1 else [axes], workers):
+    fig, axes = plt.subplots(1, len(workers), figsize=(5 * len(workers), 5), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, w in zip(axes, workers):
         for k, p in enumerate(paradigms):
             if (p, w) in by:
                 c = by[(p, w)]["curve"]
@@ -239,9 +256,9 @@ def figures(results: list[dict], paradigms: list[str], workers: list[int]) -> li
         ax.set_xlabel("virtual seconds")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
-    (axes[0] if len(workers) > 1 else axes).set_ylabel("test accuracy")
-    (axes[0] if len(workers) > 1 else axes).legend(fontsize=8)
-    fig.tight_layout()
+    axes[0].set_ylabel("test accuracy")
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=4)   # under the panels
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.savefig(os.path.join(FIGURES, "accuracy.png"), dpi=110)
     plt.close(fig)
     names.append("accuracy.png")
@@ -284,7 +301,7 @@ def markdown(results: list[dict], paradigms: list[str], workers: list[int], figs
                 "max stal.", "max clock gap", "sim wall (s)"]
     rows2 = []
     runs = {(r["paradigm"], r["workers"], r["seed"]): r for r in results}
-    for w, p, seed in ((w, p, seed) for w in workers for p in paradigms for seed in seeds):
+    for w, p, seed in ((n, p, seed) for n in workers for p in paradigms for seed in seeds_at(n, seeds)):
         r = runs.get((p, w, seed))
         if not r or "failed" in r:
             rows2.append([w, p, seed, "failed"] + [""] * (len(headers2) - 4))
@@ -298,15 +315,16 @@ def markdown(results: list[dict], paradigms: list[str], workers: list[int], figs
     detail = table(headers2, rows2)
     settings = ("MNIST-1D (204,800 training and 51,200 test signals) with the published CNN (cnn1d), "
                 "batch 16 per worker, lr " + ", ".join(f"W={w}: {lr_for(w):g}" for w in workers)
-                + (" (0.05 x sqrt(W/16)" if all(math.isclose(lr_for(w), 0.05 * math.sqrt(w / 16)) for w in workers)
-                   else " (set by --lr")
+                + (f" (0.05 x sqrt(min(W, {LR_HELD_FROM})/16)" if not LR else " (set by --lr")
                 + "; per update of W x 16 samples; pushes scaled 1/W), "
                 "momentum 0.9 (asynchronous pushes: compensated, the default), device time 20 ms per iteration "
                 "at 1x, `--evaluator`, "
                 + (f"seed {seeds[0]}, one run each (the simulator is deterministic: another seed, another run; "
                    f"the spread over seeds is not measured)" if len(seeds) == 1 else
                    f"seeds {', '.join(map(str, seeds))}: the mean over seeds, the final accuracy's min-max in "
-                   f"brackets, a time to target over the seeds that reached it (how many, when not all)")
+                   f"brackets, a time to target over the seeds that reached it (how many, when not all)"
+                   + "".join(f"; at W={w} seed{'s' * (n > 1)} {', '.join(map(str, seeds_at(w, seeds)))} only"
+                             for w, n in MAX_SEEDS.items() if w in workers and n < len(seeds)))
                 + ". Budget (`--epochs`, global): " + ", ".join(f"W={w}: {EPOCHS[w]:g}" for w in workers)
                 + f". Cluster: {sim_common.DESCRIPTION}. GSSP: `--groups` sqrt(W) = "
                 + ", ".join(str(groups_for(w)) for w in workers) + "; asynchronous Local SGD's `--delayed-nesterov` W; "
@@ -326,7 +344,9 @@ def main() -> int:
     p.add_argument("--seeds", default="0", help="seeds, as 0,1,2 or 0-2 [0]")
     p.add_argument("--epochs", default=",".join(f"{w}:{e:g}" for w, e in EPOCHS.items()),
                    help="the global budget per worker count, W:epochs,...")
-    p.add_argument("--lr", default="", help="learning rates per worker count, W:lr,... [0.05 x sqrt(W/16)]")
+    p.add_argument("--max-seeds", default=",".join(f"{w}:{n}" for w, n in MAX_SEEDS.items()),
+                   help="at these worker counts only the first N seeds, W:N,... [1024:1: a run there is 4x one at 256]")
+    p.add_argument("--lr", default="", help="learning rates per worker count, W:lr,... [0.05 x sqrt(min(W, 256)/16)]")
     p.add_argument("--name", default=NAME, help="results/NAME.{md,json}, results/NAME/, runs/NAME/ [scale]")
     p.add_argument("--parallel", type=int, default=2, help="simulations at once [2]")
     p.add_argument("--keep", action="store_true", help="reuse runs already in runs/scale/")
@@ -344,6 +364,8 @@ def main() -> int:
     except ValueError as e:   # OptionError: one line naming the entry
         p.error(str(e))
     EPOCHS.update({int(w): float(e) for w, e in (item.split(":") for item in args.epochs.split(",") if item)})
+    MAX_SEEDS.clear()
+    MAX_SEEDS.update({int(w): int(n) for w, n in (item.split(":") for item in args.max_seeds.split(",") if item)})
     LR.update({int(w): float(x) for w, x in (item.split(":") for item in args.lr.split(",") if item)})
     global FIGURES, RUNS
     FIGURES = os.path.join(RESULTS, args.name)
@@ -355,9 +377,11 @@ def main() -> int:
             json.dump(result, fh)
         return 0
 
-    # smallest W first: a broken set-up shows early; --parallel simulations at once (each its
-    # own process and virtual clock: how many share the machine changes only their wall time)
-    steps = [(paradigm, w, seed) for w in workers for seed in seeds for paradigm in paradigms]
+    # a seed at every W before the next seed, smallest W first: a broken set-up shows early;
+    # --parallel simulations at once (each its own process and virtual clock: how many share
+    # the machine changes only their wall time)
+    steps = [(paradigm, w, seed) for seed in seeds for w in workers if seed in seeds_at(w, seeds)
+             for paradigm in paradigms]
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
         results = list(pool.map(lambda step: run(*step, args.keep), steps))
     for r in results:
@@ -373,7 +397,7 @@ def main() -> int:
         with open(args.notes) as fh:
             md += "\n" + fh.read()
     settings = {"paradigms": paradigms, "workers": workers, "epochs": EPOCHS, "lr": {w: lr_for(w) for w in workers}, **WORKLOAD,
-                "device_time": "20ms", "seeds": seeds, "targets": TARGETS, "cluster": sim_common.DESCRIPTION,
+                "device_time": "20ms", "seeds": seeds, "max_seeds": MAX_SEEDS, "targets": TARGETS, "cluster": sim_common.DESCRIPTION,
                 "gssp_groups": {w: groups_for(w) for w in workers}, "total_wall_s": total}
     write_results(args.name, {"settings": settings, "results": results}, md)
     return 0

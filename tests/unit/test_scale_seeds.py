@@ -35,3 +35,25 @@ def test_a_paradigm_over_its_seeds_keeps_the_spread_and_who_reached_the_target()
     assert "| asp | 15.00 (2/3) | - | 89.0% (80.0-95.0) |" in text
     assert "| bsp | failed | failed | failed |" in text
     assert "| 16 | asp | 1 | 1.5 | 30 | - | - | - | 80.0% |" in text and "| 16 | asp | 3 | failed |" in text
+
+
+def test_the_learning_rate_grows_as_sqrt_w_up_to_256_workers_then_holds():
+    # 0.4 at 1,024 would continue sqrt(W); it was slower and noisier than 0.2 already at 256's rounds
+    assert [scale.lr_for(w) for w in (16, 64, 256, 1024)] == pytest.approx([0.05, 0.1, 0.2, 0.2])
+
+
+def test_1024_workers_run_only_the_first_seed_and_the_tables_say_so():
+    assert scale.seeds_at(1024, [0, 1, 2]) == [0] and scale.seeds_at(256, [0, 1, 2]) == [0, 1, 2]
+    results = [run(s, f, workers=256) for s, f in ((0, 0.9), (1, 0.8), (2, 0.7))] + [run(0, 0.6, workers=1024)]
+    text = scale.markdown(results, ["asp"], [256, 1024], [], 60.0, [0, 1, 2])
+    assert "at W=1024 seed 0 only" in text
+    assert "| asp | - | - | - | - | 80.0% (70.0-90.0) | 60.0% |" in text   # no spread from one seed
+    assert "| 1024 | asp | 0 |" in text and "| 1024 | asp | 1 |" not in text   # not listed as failed
+
+
+def test_the_docs_scale_table_is_the_mean_over_seeds():
+    import readme_results
+
+    results = [run(0, 0.92, t90=10.0), run(1, 0.80), run(2, 0.95, t90=20.0), run(0, 0.5, workers=64)]
+    table = readme_results.scale_table({"results": results, "settings": {"workers": [16, 64], "targets": [0.9, 0.94]}})
+    assert "| asp | 89.0% | 50.0% | 15.0 (2/3) | - | - | - |" in table
