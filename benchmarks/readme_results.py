@@ -53,24 +53,27 @@ def mean_table(rows: list[dict], target: float) -> str:
 
 def scale_table(data: dict) -> str:
     """Per paradigm and worker count: the mean final accuracy over its seeds and the mean
-    virtual time to each target over the seeds that reached it (how many, when not all)."""
-    df = pd.DataFrame([r for r in data["results"] if "failed" not in r])
+    virtual time to each target over the seeds that reached it (how many, when not all),
+    as the study's own table has them (scale.over_seeds)."""
+    from scale import over_seeds
+
+    by = over_seeds(data["results"])
     workers = data["settings"]["workers"]
     targets = [int(100 * t) for t in data["settings"]["targets"]]
     lines = ["| paradigm | " + " | ".join(f"final, W={w}" for w in workers) + " | "
              + " | ".join(f"to {t}% (s), W={w}" for t in targets for w in workers) + " |",
              "|---|" + "---:|" * (len(workers) * (1 + len(targets)))]
 
-    def time_to(g: pd.DataFrame, t: int) -> str:
-        # (a time never reached: None in the JSON, NaN once in the frame)
-        reached = g[f"time_to_{t}"].dropna()
-        return "-" if reached.empty else f"{reached.mean():.1f}" + (f" ({len(reached)}/{len(g)})"
-                                                                    if len(reached) < len(g) else "")
+    def time_to(r: dict, t: int) -> str:
+        reached, n = r[f"reached_{t}"], r["seeds"] - r["failed_seeds"]
+        return "-" if not reached else f"{r[f'time_to_{t}']:.1f}" + (f" ({reached}/{n})" if reached < n else "")
 
-    for paradigm, runs in df.groupby("paradigm", sort=False):
-        by = dict(list(runs.groupby("workers")))
-        final = [f"{100 * by[w]['final_accuracy'].mean():.1f}%" if w in by else "failed" for w in workers]
-        times = [time_to(by[w], t) if w in by else "-" for t in targets for w in workers]
+    for paradigm in dict.fromkeys(r["paradigm"] for r in data["results"]):
+        ok = {w: r for w in workers if (r := by.get((paradigm, w))) and "failed" not in r}
+        if not ok:
+            continue
+        final = [f"{100 * ok[w]['final_accuracy']:.1f}%" if w in ok else "failed" for w in workers]
+        times = [time_to(ok[w], t) if w in ok else "-" for t in targets for w in workers]
         lines.append(f"| {paradigm} | " + " | ".join(final + times) + " |")
     return "\n".join(lines) + "\n"
 
